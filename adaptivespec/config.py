@@ -1,0 +1,73 @@
+"""Typed configuration. Every value is validated here, with an error that names the key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from adaptivespec.errors import ConfigError
+
+Device = Literal["auto", "cpu", "cuda"]
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+ProposerKind = Literal["draft", "ngram"]
+
+DEMO_MODEL = "demo"
+_DEVICES = ("auto", "cpu", "cuda")
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_PROPOSERS = ("draft", "ngram")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Which models to load and how. `demo` names the built-in pair, built on first use."""
+
+    target: str = DEMO_MODEL
+    draft: str | None = DEMO_MODEL
+    proposer: ProposerKind = "draft"
+    device: Device = "auto"
+    dtype: DType = "auto"
+    ngram_max: int = 3
+    ngram_min: int = 2
+
+    def __post_init__(self) -> None:
+        _require(self.device in _DEVICES, f"device must be one of {_DEVICES}, got {self.device!r}")
+        _require(self.dtype in _DTYPES, f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        _require(self.proposer in _PROPOSERS, f"proposer must be one of {_PROPOSERS}, got {self.proposer!r}")
+        _require(bool(self.target), "target must name a model directory, a hub id, or 'demo'")
+        _require(
+            self.proposer != "draft" or bool(self.draft),
+            "proposer 'draft' needs a draft model: pass --draft PATH, or use --proposer ngram",
+        )
+        _require(1 <= self.ngram_min <= self.ngram_max, "ngram sizes need 1 <= ngram_min <= ngram_max")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Limits of the decode engine. The KV cache is preallocated from max_batch x max_context."""
+
+    max_batch: int = 64
+    max_queued: int = 256
+    max_context: int = 1024
+    max_spec_tokens: int = 8
+    max_prefill_tokens: int = 8192
+    telemetry_queue: int = 4096
+    seed: int = 0
+    models: ModelConfig = field(default_factory=ModelConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.max_batch >= 1, f"max_batch must be >= 1, got {self.max_batch}")
+        _require(self.max_queued >= 0, f"max_queued must be >= 0, got {self.max_queued}")
+        _require(self.max_context >= 2, f"max_context must be >= 2, got {self.max_context}")
+        _require(
+            0 <= self.max_spec_tokens <= 64, f"max_spec_tokens must be in [0, 64], got {self.max_spec_tokens}"
+        )
+        _require(
+            self.max_prefill_tokens >= self.max_context,
+            "max_prefill_tokens must be >= max_context, or a full-length prompt could never be admitted",
+        )
+        _require(self.telemetry_queue >= 1, "telemetry_queue must be >= 1")

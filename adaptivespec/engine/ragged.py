@@ -1,0 +1,70 @@
+"""Layout of one ragged forward pass: which column each token writes and which it reads.
+
+Rows are left-padded to a common length T so that every row's last real token sits at
+index T-1 (so `logits_to_keep=1` works for any model). Row r writes `count[r]` real tokens
+at columns [start[r], start[r] + count[r]). Pad tokens write to the cache's last column,
+which no real token ever reads, and attend to column 0 only, so they stay finite.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from adaptivespec.engine.kvcache import SlotKVCache
+
+
+@dataclass(frozen=True, slots=True)
+class RaggedLayout:
+    cols: torch.Tensor  # [n, T] cache column each token writes
+    positions: torch.Tensor  # [n, T] rotary position of each token
+    mask: torch.Tensor  # [n, 1, T, read_len] bool, True = may attend
+    gather_index: torch.Tensor  # [n, T] index into a row's token buffer (pads point at start)
+    read_len: int
+
+    @classmethod
+    def build(cls, start: torch.Tensor, count: torch.Tensor, cache_len: int) -> RaggedLayout:
+        """start, count: [n] long tensors; every count must be >= 1."""
+        width = int(count.max())
+        pad = width - count  # [n]
+        t = torch.arange(width, device=start.device).unsqueeze(0)  # [1, T]
+        real_index = t - pad.unsqueeze(1)  # [n, T], negative for pads
+        is_real = real_index >= 0
+        real_cols = start.unsqueeze(1) + real_index.clamp(min=0)
+        cols = torch.where(is_real, real_cols, torch.full_like(real_cols, cache_len - 1))
+        positions = torch.where(is_real, real_cols, torch.zeros_like(real_cols))
+        read_len = int((start + count).max())
+        c = torch.arange(read_len, device=start.device).view(1, 1, read_len)
+        sees = torch.where(is_real.unsqueeze(2), c <= real_cols.unsqueeze(2), c == 0)
+        return cls(cols, positions, sees.unsqueeze(1), real_cols, read_len)
+
+
+def cache_kwarg_name(model: PreTrainedModel) -> str:
+    """transformers 5.x renamed `past_key_values` to `cache`; accept either."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def forward_logits(
+    model: PreTrainedModel,
+    cache: SlotKVCache,
+    cache_kwarg: str,
+    row_start: int,
+    input_ids: torch.Tensor,  # [n, T]
+    layout: RaggedLayout,
+    last_only: bool,
+) -> torch.Tensor:
+    """Runs one forward over rows [row_start, row_start+n); returns logits [n, 1 or T, V]."""
+    cache.bind(row_start, layout.cols, layout.read_len)
+    out = model(
+        input_ids=input_ids,
+        position_ids=layout.positions,
+        attention_mask=layout.mask,
+        use_cache=True,
+        logits_to_keep=1 if last_only else 0,
+        **{cache_kwarg: cache},
+    )
+    return out.logits
