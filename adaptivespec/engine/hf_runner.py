@@ -1,0 +1,178 @@
+"""The `hf` runner: batched speculative decoding on transformers models.
+
+One decode step is: propose K drafts per row, verify [last token + drafts] in ONE target
+forward over the whole batch, accept per row, append. Each row writes its KV at its own
+columns, so ragged acceptance needs no rollback beyond forgetting the rejected columns.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import PreTrainedModel
+
+from adaptivespec.engine.acceptance import Verdict, verify
+from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
+from adaptivespec.engine.proposers import Proposal, Proposer
+from adaptivespec.engine.ragged import ForwardClock, RaggedLayout, cache_kwarg_name, forward_logits
+from adaptivespec.engine.rows import RowState
+from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
+from adaptivespec.engine.sampling import BatchSampling, next_tokens
+
+
+class HFRunner:
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        proposer: Proposer | None,
+        *,
+        max_batch: int,
+        max_context: int,
+        max_spec_tokens: int,
+        eos_token_ids: frozenset[int],
+        model_key: str,
+        hardware_key: str,
+        clock: ForwardClock,
+    ) -> None:
+        param = next(target.parameters())
+        self.device = param.device
+        self.target = target
+        self.proposer = proposer
+        self.max_batch = max_batch
+        self.max_spec_tokens = max_spec_tokens if proposer is not None else 0
+        self.eos_token_ids = eos_token_ids
+        self.model_key = model_key
+        self.hardware_key = hardware_key
+        self.clock = clock
+        # Verify writes up to column len-1+K; the last column is the pad sink (see ragged.py).
+        self.cache_len = max_context + max_spec_tokens + 1
+        self.cache = SlotKVCache(CacheShape.from_config(target.config, max_batch, self.cache_len), param.dtype, self.device)
+        self.rows = RowState.allocate(max_batch, self.cache_len, self.device)
+        self._cache_kwarg = cache_kwarg_name(target)
+        self._temperature = torch.ones(max_batch)
+        self._top_p = torch.ones(max_batch)
+        self._greedy = torch.ones(max_batch, dtype=torch.bool)
+        self._generators = [torch.Generator() for _ in range(max_batch)]
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.cache.nbytes + (self.proposer.nbytes if self.proposer is not None else 0)
+
+    def describe(self) -> str:
+        return (
+            f"hf runner on {self.hardware_key}: KV cache preallocated for {self.max_batch} rows x "
+            f"{self.cache_len} positions = {self.kv_bytes / 2**20:.1f} MiB"
+        )
+
+    @torch.inference_mode()
+    def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput:
+        began = time.perf_counter()
+        prompts = [item.prompt for item in items]
+        count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.device)
+        layout = RaggedLayout.build(torch.zeros_like(count), count, self.cache_len)
+        ids = torch.zeros(layout.cols.shape, dtype=torch.long, device=self.device)
+        for r, prompt in enumerate(prompts):
+            ids[r, ids.shape[1] - len(prompt) :] = torch.tensor(prompt, device=self.device)
+            self.rows.tokens[row_start + r, : len(prompt)] = ids[r, ids.shape[1] - len(prompt) :]
+            self._set_sampling(row_start + r, item=items[r])
+        logits = forward_logits(self.target, self.cache, self._cache_kwarg, row_start, ids, layout, True, self.clock)
+        rows = slice(row_start, row_start + len(items))
+        first = next_tokens(logits[:, -1], self._sampling(rows))
+        self.rows.tokens[rows].scatter_(1, count.unsqueeze(1), first.unsqueeze(1))
+        self.rows.lens[rows] = count + 1
+        if self.proposer is not None:
+            self.proposer.prefill(row_start, prompts)
+        self.clock.lap()
+        return PrefillOutput(first.tolist(), time.perf_counter() - began)
+
+    @torch.inference_mode()
+    def decode(self, batch: int, k: int) -> DecodeOutput:
+        began = time.perf_counter()
+        self.clock.lap()
+        sampling = self._sampling(slice(0, batch))
+        old_lens = self.rows.lens[:batch].clone()
+        proposal = self._propose(batch, min(k, self.max_spec_tokens), sampling)
+        drafted_at = time.perf_counter()
+        if proposal is None:
+            verdict = self._plain_step(batch, sampling)
+            drafted = [0] * batch
+        else:
+            verdict = self._verify(batch, proposal, sampling, old_lens)
+            drafted = proposal.n_drafts.tolist()
+        counts = verdict.accepted + 1
+        self.rows.append(batch, verdict.tokens, counts)
+        emitted, accepted = verdict.tokens.tolist(), verdict.accepted.tolist()
+        done = time.perf_counter()
+        return DecodeOutput(
+            tokens=[row[: a + 1] for row, a in zip(emitted, accepted, strict=True)],
+            drafted=drafted,
+            accepted=accepted,
+            k=0 if proposal is None else proposal.drafts.shape[1],
+            draft_seconds=drafted_at - began,
+            verify_seconds=done - drafted_at,
+            step_seconds=done - began,
+            forward_seconds=self.clock.lap(),
+        )
+
+    def move_rows(self, srcs: list[int], dsts: list[int]) -> None:
+        if not srcs:
+            return
+        src = torch.tensor(srcs, dtype=torch.long, device=self.device)
+        dst = torch.tensor(dsts, dtype=torch.long, device=self.device)
+        upto = int(self.rows.lens[src].max())
+        self.cache.move_rows(src, dst, upto)
+        self.rows.move(src, dst)
+        if self.proposer is not None:
+            self.proposer.move_rows(src, dst, upto)
+        for s, d in zip(srcs, dsts, strict=True):
+            self._temperature[d], self._top_p[d], self._greedy[d] = self._temperature[s], self._top_p[s], self._greedy[s]
+            self._generators[d], self._generators[s] = self._generators[s], self._generators[d]
+
+    def _propose(self, batch: int, k: int, sampling: BatchSampling) -> Proposal | None:
+        if k <= 0 or self.proposer is None:
+            return None  # K = 0 never touches the drafter
+        proposal = self.proposer.propose(self.rows, batch, k, sampling)
+        width = int(proposal.n_drafts.max())
+        if width == 0:
+            return None
+        if width < k:
+            probs = None if proposal.probs is None else proposal.probs[:, :width]
+            proposal = Proposal(proposal.drafts[:, :width], proposal.n_drafts, probs)
+        return proposal
+
+    def _last_tokens(self, batch: int) -> torch.Tensor:
+        return self.rows.tokens[:batch].gather(1, (self.rows.lens[:batch] - 1).unsqueeze(1))  # [B, 1]
+
+    def _plain_step(self, batch: int, sampling: BatchSampling) -> Verdict:
+        lens = self.rows.lens[:batch]
+        layout = RaggedLayout.build(lens - 1, torch.ones_like(lens), self.cache_len)
+        logits = forward_logits(
+            self.target, self.cache, self._cache_kwarg, 0, self._last_tokens(batch), layout, True, self.clock
+        )
+        token = next_tokens(logits[:, -1], sampling)
+        return Verdict(torch.zeros_like(lens), token.unsqueeze(1))
+
+    def _verify(
+        self, batch: int, proposal: Proposal, sampling: BatchSampling, old_lens: torch.Tensor
+    ) -> Verdict:
+        lens = self.rows.lens[:batch]
+        ids = torch.cat([self._last_tokens(batch), proposal.drafts], dim=1)  # [B, K+1]
+        layout = RaggedLayout.build(lens - 1, torch.full_like(lens, ids.shape[1]), self.cache_len)
+        logits = forward_logits(self.target, self.cache, self._cache_kwarg, 0, ids, layout, False, self.clock)
+        verdict = verify(logits, proposal.probs, proposal.drafts, proposal.n_drafts, sampling)
+        if self.proposer is not None:
+            self.proposer.commit(batch, old_lens, verdict.accepted)
+        return verdict
+
+    def _set_sampling(self, row: int, item: PrefillItem) -> None:
+        params = item.params
+        self._greedy[row] = params.greedy
+        self._temperature[row] = 1.0 if params.greedy else params.temperature
+        self._top_p[row] = params.top_p
+        self._generators[row].manual_seed(item.seed)
+
+    def _sampling(self, rows: slice) -> BatchSampling:
+        return BatchSampling(
+            self._temperature[rows], self._top_p[rows], self._greedy[rows], self._generators[rows]
+        )

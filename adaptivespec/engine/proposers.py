@@ -1,0 +1,156 @@
+"""Proposers draft K tokens per row for the target to verify in one pass.
+
+Both sit behind `Proposer`. The draft-model proposer keeps its own slot KV cache, which may
+lag behind the target (after K = 0 steps, or after a bonus token); its first forward of a
+step catches every row up in one batched ragged pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from transformers import PreTrainedModel
+
+from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
+from adaptivespec.engine.ragged import ForwardClock, RaggedLayout, cache_kwarg_name, forward_logits
+from adaptivespec.engine.rows import RowState
+from adaptivespec.engine.sampling import BatchSampling, probabilities, sample_from
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    drafts: torch.Tensor  # [B, K] long
+    n_drafts: torch.Tensor  # [B] long, drafts actually proposed per row (<= K)
+    probs: torch.Tensor | None  # [B, K, V] draft distribution q; None when deterministic (q one-hot)
+
+
+class Proposer(Protocol):
+    name: str
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def prefill(self, row_start: int, prompts: list[list[int]]) -> None: ...
+
+    def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal: ...
+
+    def commit(self, batch: int, old_lens: torch.Tensor, accepted: torch.Tensor) -> None: ...
+
+    def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None: ...
+
+
+class DraftModelProposer:
+    """Drafts with a small causal LM that shares the target's vocabulary."""
+
+    def __init__(
+        self, model: PreTrainedModel, name: str, max_batch: int, cache_len: int, clock: ForwardClock
+    ) -> None:
+        self.name = name
+        self.clock = clock
+        self.model = model
+        param = next(model.parameters())
+        shape = CacheShape.from_config(model.config, max_batch, cache_len)
+        self.cache = SlotKVCache(shape, param.dtype, param.device)
+        self.cached = torch.zeros(max_batch, dtype=torch.long, device=param.device)  # [max_batch]
+        self._cache_kwarg = cache_kwarg_name(model)
+
+    @property
+    def nbytes(self) -> int:
+        return self.cache.nbytes
+
+    def prefill(self, row_start: int, prompts: list[list[int]]) -> None:
+        device = self.cached.device
+        count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+        layout = RaggedLayout.build(torch.zeros_like(count), count, self.cache.shape.max_len)
+        ids = torch.zeros(layout.cols.shape, dtype=torch.long, device=device)
+        for r, prompt in enumerate(prompts):
+            ids[r, ids.shape[1] - len(prompt) :] = torch.tensor(prompt, device=device)
+        forward_logits(self.model, self.cache, self._cache_kwarg, row_start, ids, layout, True, self.clock)
+        self.cached[row_start : row_start + len(prompts)] = count
+
+    def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
+        lens = rows.lens[:batch]
+        catch_up = RaggedLayout.build(self.cached[:batch], lens - self.cached[:batch], self.cache.shape.max_len)
+        ids = rows.tokens[:batch].gather(1, catch_up.gather_index)
+        logits = self._forward(ids, catch_up)
+        drafts, probs = [], []
+        one = torch.ones_like(lens)
+        for j in range(k):
+            token, q = self._pick(logits, sampling)
+            drafts.append(token)
+            probs.append(q)
+            if j + 1 < k:
+                logits = self._forward(token.unsqueeze(1), RaggedLayout.build(lens + j, one, self.cache.shape.max_len))
+        self.cached[:batch] = lens + (k - 1)
+        stacked = torch.stack(probs, dim=1) if probs and probs[0] is not None else None
+        return Proposal(torch.stack(drafts, dim=1), torch.full_like(lens, k), stacked)
+
+    def commit(self, batch: int, old_lens: torch.Tensor, accepted: torch.Tensor) -> None:
+        self.cached[:batch] = torch.minimum(self.cached[:batch], old_lens + accepted)
+
+    def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None:
+        self.cache.move_rows(srcs, dsts, upto)
+        self.cached[dsts] = self.cached[srcs]
+
+    def _forward(self, ids: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
+        out = forward_logits(self.model, self.cache, self._cache_kwarg, 0, ids, layout, True, self.clock)
+        return out[:, -1]  # [B, V]
+
+    def _pick(self, logits: torch.Tensor, sampling: BatchSampling) -> tuple[torch.Tensor, torch.Tensor | None]:
+        argmax = logits.argmax(dim=-1)
+        if sampling.all_greedy:
+            return argmax, None
+        q = probabilities(logits.unsqueeze(1), sampling).squeeze(1)
+        sampled = sample_from(q, sampling.uniforms(1, logits.device).squeeze(1))
+        return torch.where(sampling.greedy.to(logits.device), argmax, sampled), q
+
+
+class NgramProposer:
+    """Prompt lookup: copies what followed the most recent earlier match of the last n tokens."""
+
+    def __init__(self, max_n: int = 3, min_n: int = 2) -> None:
+        self.name = f"ngram{min_n}-{max_n}"
+        self.max_n = max_n
+        self.min_n = min_n
+
+    @property
+    def nbytes(self) -> int:
+        return 0
+
+    def prefill(self, row_start: int, prompts: list[list[int]]) -> None:
+        return None
+
+    def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
+        lens = rows.lens[:batch]
+        tokens = rows.tokens[:batch, : int(lens.max())]
+        follow = torch.full_like(lens, -1)  # [B] index of the first copied token, -1 = no match
+        for n in range(self.max_n, self.min_n - 1, -1):
+            found = self._last_match(tokens, lens, n)
+            follow = torch.where((follow < 0) & (found >= 0), found + n, follow)
+        offsets = torch.arange(k, device=lens.device)
+        index = (follow.clamp(min=0).unsqueeze(1) + offsets).clamp(max=tokens.shape[1] - 1)
+        drafts = tokens.gather(1, index)
+        n_drafts = torch.where(follow >= 0, (lens - follow).clamp(max=k), torch.zeros_like(lens))
+        return Proposal(drafts, n_drafts, None)
+
+    @staticmethod
+    def _last_match(tokens: torch.Tensor, lens: torch.Tensor, n: int) -> torch.Tensor:
+        """Start of the latest earlier occurrence of each row's last n tokens, or -1."""
+        width = tokens.shape[1] - n
+        if width <= 0:
+            return torch.full_like(lens, -1)
+        suffix_index = (lens - n).clamp(min=0).unsqueeze(1) + torch.arange(n, device=lens.device)
+        suffix = tokens.gather(1, suffix_index)  # [B, n]
+        match = torch.arange(width, device=lens.device) < (lens - n).unsqueeze(1)  # strictly earlier
+        for i in range(n):
+            match &= tokens[:, i : i + width] == suffix[:, i : i + 1]
+        last = width - 1 - match.flip(1).long().argmax(dim=1)
+        return torch.where(match.any(dim=1), last, torch.full_like(lens, -1))
+
+    def commit(self, batch: int, old_lens: torch.Tensor, accepted: torch.Tensor) -> None:
+        return None
+
+    def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None:
+        return None

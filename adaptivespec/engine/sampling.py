@@ -1,0 +1,97 @@
+"""Sampling parameters and the vectorised samplers the runner applies to a whole batch.
+
+Randomness is drawn per row from that request's own generator, then all sampling is done
+by inverse-CDF lookups on the batch at once, so a seeded request gives the same tokens
+whatever else shares its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from adaptivespec.errors import InvalidRequestError
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            raise InvalidRequestError(f"max_tokens must be a positive integer, got {self.max_tokens!r}", "max_tokens")
+        if not (self.temperature >= 0.0) or self.temperature == float("inf"):
+            raise InvalidRequestError(
+                f"temperature must be a finite number >= 0, got {self.temperature!r}", "temperature"
+            )
+        if not (0.0 < self.top_p <= 1.0):
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}", "top_p")
+        if any(not isinstance(s, str) or s == "" for s in self.stop):
+            raise InvalidRequestError("stop strings must be non-empty strings", "stop")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSampling:
+    """Sampling settings of the rows [0, B) of one forward."""
+
+    temperature: torch.Tensor  # [B] float, 1.0 where greedy (unused there)
+    top_p: torch.Tensor  # [B] float
+    greedy: torch.Tensor  # [B] bool
+    generators: Sequence[torch.Generator]  # B generators on cpu
+
+    @property
+    def all_greedy(self) -> bool:
+        return bool(self.greedy.all())
+
+    def uniforms(self, per_row: int, device: torch.device) -> torch.Tensor:
+        """[B, per_row] uniforms, each row from its own generator."""
+        draws = [torch.rand(per_row, generator=g) for g in self.generators]
+        return torch.stack(draws).to(device) if draws else torch.zeros(0, per_row, device=device)
+
+
+def probabilities(logits: torch.Tensor, sampling: BatchSampling) -> torch.Tensor:
+    """logits [B, T, V] -> probabilities [B, T, V] in float32, after temperature and top_p."""
+    temperature = sampling.temperature.to(logits.device).view(-1, 1, 1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    top_p = sampling.top_p.to(logits.device)
+    if bool((top_p < 1.0).any()):
+        probs = _top_p_filter(probs, top_p.view(-1, 1, 1))
+    return probs
+
+
+def _top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def sample_from(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: probs [..., V], uniforms [...] -> token ids [...]."""
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[..., -1:]
+    target = (uniforms.unsqueeze(-1) * total).contiguous()
+    index = torch.searchsorted(cdf.contiguous(), target).squeeze(-1)
+    return index.clamp(max=probs.shape[-1] - 1)
+
+
+def next_tokens(logits: torch.Tensor, sampling: BatchSampling) -> torch.Tensor:
+    """logits [B, V] -> one token per row: argmax for greedy rows, a sample for the others."""
+    argmax = logits.argmax(dim=-1)
+    if sampling.all_greedy:
+        return argmax
+    probs = probabilities(logits.unsqueeze(1), sampling).squeeze(1)
+    sampled = sample_from(probs, sampling.uniforms(1, logits.device).squeeze(1))
+    return torch.where(sampling.greedy.to(logits.device), argmax, sampled)
