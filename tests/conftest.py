@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import DemoRecipe, ModelSize, train_pair
+from adaptivespec.engine.loader import LoadedModels, load_runner
 
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
@@ -46,3 +48,21 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> TinyPair:
     other_pair = train_pair(other, CORPUS[:4])
     other_pair.save(root / "other", root / "other-target")
     return TinyPair(root / "target", root / "draft", root / "other")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tiny_pair: TinyPair) -> LoadedModels:
+    """Loaded once per session; engines in tests share the runner one at a time."""
+    return load_runner(engine_config(tiny_pair), progress=False)
+
+
+def engine_config(pair: TinyPair, proposer: str = "draft", **limits: int) -> EngineConfig:
+    models = ModelConfig(
+        target=str(pair.target),
+        draft=str(pair.draft) if proposer == "draft" else None,
+        proposer=proposer,  # type: ignore[arg-type]
+        device="cpu",
+        dtype="float32",
+    )
+    settings = {"max_batch": 16, "max_context": 256, "max_queued": 64} | limits
+    return EngineConfig(models=models, **settings)

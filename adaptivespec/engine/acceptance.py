@@ -46,7 +46,11 @@ def accept_rejection(
 ) -> Verdict:
     k = drafts.shape[1]
     p_draft = target_probs[:, :k].gather(2, drafts.unsqueeze(2)).squeeze(2)  # [B, K]
-    q_draft = torch.ones_like(p_draft) if draft_probs is None else draft_probs.gather(2, drafts.unsqueeze(2)).squeeze(2)
+    q_draft = (
+        torch.ones_like(p_draft)
+        if draft_probs is None
+        else draft_probs.gather(2, drafts.unsqueeze(2)).squeeze(2)
+    )
     ok = uniforms[:, :k] * q_draft < p_draft
     ok &= torch.arange(k, device=drafts.device) < n_drafts.unsqueeze(1)
     accepted = _first_false(ok)

@@ -87,7 +87,9 @@ def cache_dir() -> Path:
     return Path(base) / "adaptivespec"
 
 
-def ensure_demo_pair(recipe: DemoRecipe | None = None, root: Path | None = None, progress: bool = True) -> DemoPair:
+def ensure_demo_pair(
+    recipe: DemoRecipe | None = None, root: Path | None = None, progress: bool = True
+) -> DemoPair:
     """Returns the cached pair, building it first if needed (one builder at a time)."""
     recipe = recipe or DemoRecipe()
     home = (root or cache_dir()) / recipe.key
@@ -116,12 +118,20 @@ def _build(recipe: DemoRecipe, home: Path, progress: bool) -> None:
     (staging / "report.json").write_text(json.dumps(report, indent=2))
     shutil.rmtree(home, ignore_errors=True)
     staging.rename(home)
-    _say(progress, f"demo pair ready in {report['build_seconds']:.0f}s: greedy agreement {report['agreement']:.3f}")
+    _say(
+        progress,
+        f"demo pair ready in {report['build_seconds']:.0f}s: greedy agreement {report['agreement']:.3f}",
+    )
 
 
 def _say(progress: bool, message: str) -> None:
     if progress:
         print(f"[adaptivespec] {message}", file=sys.stderr, flush=True)
+
+
+def held_out_documents(recipe: DemoRecipe | None = None) -> list[str]:
+    """Standard-library files the demo pair never trained on, for benchmarks and acceptance."""
+    return _corpus((recipe or DemoRecipe()).corpus_bytes)[1]
 
 
 def _corpus(limit: int) -> tuple[list[str], list[str]]:
@@ -171,8 +181,15 @@ def train_tokenizer(docs: list[str], vocab_size: int) -> PreTrainedTokenizerFast
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
 
 
-def _encode(tokenizer: PreTrainedTokenizerFast, docs: list[str]) -> torch.Tensor:
+def _eos_id(tokenizer: PreTrainedTokenizerFast) -> int:
     eos = tokenizer.convert_tokens_to_ids(EOS)
+    if not isinstance(eos, int):
+        raise TypeError(f"{EOS} must map to one token id")
+    return eos
+
+
+def _encode(tokenizer: PreTrainedTokenizerFast, docs: list[str]) -> torch.Tensor:
+    eos = _eos_id(tokenizer)
     ids: list[int] = []
     for encoding in tokenizer.backend_tokenizer.encode_batch(docs):
         ids.extend(encoding.ids)
@@ -181,7 +198,7 @@ def _encode(tokenizer: PreTrainedTokenizerFast, docs: list[str]) -> torch.Tensor
 
 
 def _llama_config(size: ModelSize, recipe: DemoRecipe, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
-    eos = tokenizer.convert_tokens_to_ids(EOS)
+    eos = _eos_id(tokenizer)
     return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=size.hidden,
@@ -215,7 +232,11 @@ def _lr(step: int, recipe: DemoRecipe) -> float:
 
 
 def _train(
-    recipe: DemoRecipe, target: LlamaForCausalLM, draft: LlamaForCausalLM, tokens: torch.Tensor, progress: bool
+    recipe: DemoRecipe,
+    target: LlamaForCausalLM,
+    draft: LlamaForCausalLM,
+    tokens: torch.Tensor,
+    progress: bool,
 ) -> None:
     target.train()
     draft.train()

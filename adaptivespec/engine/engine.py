@@ -10,7 +10,8 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence as Seq
+from collections.abc import AsyncIterator, Callable
+from collections.abc import Sequence as Seq
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -101,7 +102,9 @@ class Engine:
         if last.finish_reason == "error":
             raise RuntimeError(f"generation failed: {last.error}")
         text = "".join(e.text for e in events)
-        return Completion(sequence.prompt_ids, sequence.output_ids, text, str(last.finish_reason), sequence.stats)
+        return Completion(
+            sequence.prompt_ids, sequence.output_ids, text, str(last.finish_reason), sequence.stats
+        )
 
     def _enqueue(self, prompt: str | Seq[int], params: SamplingParams) -> Sequence:
         if not self.running:
@@ -128,12 +131,13 @@ class Engine:
         limit = self.config.max_context
         if len(prompt_ids) >= limit:
             raise InvalidRequestError(
-                f"prompt has {len(prompt_ids)} tokens but the context holds {limit}; shorten the prompt", "prompt"
+                f"prompt has {len(prompt_ids)} tokens but the context holds {limit}; shorten the prompt",
+                "prompt",
             )
         if len(prompt_ids) + params.max_tokens > limit:
             raise InvalidRequestError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the context of "
-                f"{limit} tokens; lower max_tokens to at most {limit - len(prompt_ids)}",
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
+                f"context of {limit} tokens; lower max_tokens to at most {limit - len(prompt_ids)}",
                 "max_tokens",
             )
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
@@ -209,7 +213,9 @@ class Engine:
                 sequence.fail("error", f"decode step failed: {type(exc).__name__}")
             return
         self.steps += 1
-        for sequence, tokens, drafted, accepted in zip(batch, out.tokens, out.drafted, out.accepted, strict=True):
+        for sequence, tokens, drafted, accepted in zip(
+            batch, out.tokens, out.drafted, out.accepted, strict=True
+        ):
             sequence.stats.steps += 1
             sequence.stats.drafted += drafted
             sequence.stats.accepted += accepted

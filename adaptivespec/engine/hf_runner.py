@@ -13,9 +13,9 @@ import torch
 from transformers import PreTrainedModel
 
 from adaptivespec.engine.acceptance import Verdict, verify
-from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
+from adaptivespec.engine.cached_model import CachedModel, ForwardClock
 from adaptivespec.engine.proposers import Proposal, Proposer
-from adaptivespec.engine.ragged import ForwardClock, RaggedLayout, cache_kwarg_name, forward_logits
+from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import BatchSampling, next_tokens
@@ -35,9 +35,6 @@ class HFRunner:
         hardware_key: str,
         clock: ForwardClock,
     ) -> None:
-        param = next(target.parameters())
-        self.device = param.device
-        self.target = target
         self.proposer = proposer
         self.max_batch = max_batch
         self.max_spec_tokens = max_spec_tokens if proposer is not None else 0
@@ -47,9 +44,9 @@ class HFRunner:
         self.clock = clock
         # Verify writes up to column len-1+K; the last column is the pad sink (see ragged.py).
         self.cache_len = max_context + max_spec_tokens + 1
-        self.cache = SlotKVCache(CacheShape.from_config(target.config, max_batch, self.cache_len), param.dtype, self.device)
+        self.target = CachedModel(target, max_batch, self.cache_len, clock)
+        self.device = self.target.device
         self.rows = RowState.allocate(max_batch, self.cache_len, self.device)
-        self._cache_kwarg = cache_kwarg_name(target)
         self._temperature = torch.ones(max_batch)
         self._top_p = torch.ones(max_batch)
         self._greedy = torch.ones(max_batch, dtype=torch.bool)
@@ -57,7 +54,7 @@ class HFRunner:
 
     @property
     def kv_bytes(self) -> int:
-        return self.cache.nbytes + (self.proposer.nbytes if self.proposer is not None else 0)
+        return self.target.cache.nbytes + (self.proposer.nbytes if self.proposer is not None else 0)
 
     def describe(self) -> str:
         return (
@@ -70,15 +67,14 @@ class HFRunner:
         began = time.perf_counter()
         prompts = [item.prompt for item in items]
         count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.device)
-        layout = RaggedLayout.build(torch.zeros_like(count), count, self.cache_len)
-        ids = torch.zeros(layout.cols.shape, dtype=torch.long, device=self.device)
-        for r, prompt in enumerate(prompts):
-            ids[r, ids.shape[1] - len(prompt) :] = torch.tensor(prompt, device=self.device)
-            self.rows.tokens[row_start + r, : len(prompt)] = ids[r, ids.shape[1] - len(prompt) :]
-            self._set_sampling(row_start + r, item=items[r])
-        logits = forward_logits(self.target, self.cache, self._cache_kwarg, row_start, ids, layout, True, self.clock)
+        for r, item in enumerate(items):
+            self.rows.tokens[row_start + r, : len(item.prompt)] = torch.tensor(
+                item.prompt, device=self.device
+            )
+            self._set_sampling(row_start + r, item)
+        logits = self.target.prefill(row_start, prompts)  # [n, V]
         rows = slice(row_start, row_start + len(items))
-        first = next_tokens(logits[:, -1], self._sampling(rows))
+        first = next_tokens(logits, self._sampling(rows))
         self.rows.tokens[rows].scatter_(1, count.unsqueeze(1), first.unsqueeze(1))
         self.rows.lens[rows] = count + 1
         if self.proposer is not None:
@@ -121,12 +117,16 @@ class HFRunner:
         src = torch.tensor(srcs, dtype=torch.long, device=self.device)
         dst = torch.tensor(dsts, dtype=torch.long, device=self.device)
         upto = int(self.rows.lens[src].max())
-        self.cache.move_rows(src, dst, upto)
+        self.target.cache.move_rows(src, dst, upto)
         self.rows.move(src, dst)
         if self.proposer is not None:
             self.proposer.move_rows(src, dst, upto)
         for s, d in zip(srcs, dsts, strict=True):
-            self._temperature[d], self._top_p[d], self._greedy[d] = self._temperature[s], self._top_p[s], self._greedy[s]
+            self._temperature[d], self._top_p[d], self._greedy[d] = (
+                self._temperature[s],
+                self._top_p[s],
+                self._greedy[s],
+            )
             self._generators[d], self._generators[s] = self._generators[s], self._generators[d]
 
     def _propose(self, batch: int, k: int, sampling: BatchSampling) -> Proposal | None:
@@ -147,9 +147,7 @@ class HFRunner:
     def _plain_step(self, batch: int, sampling: BatchSampling) -> Verdict:
         lens = self.rows.lens[:batch]
         layout = RaggedLayout.build(lens - 1, torch.ones_like(lens), self.cache_len)
-        logits = forward_logits(
-            self.target, self.cache, self._cache_kwarg, 0, self._last_tokens(batch), layout, True, self.clock
-        )
+        logits = self.target.forward(0, self._last_tokens(batch), layout, last_only=True)
         token = next_tokens(logits[:, -1], sampling)
         return Verdict(torch.zeros_like(lens), token.unsqueeze(1))
 
@@ -159,7 +157,7 @@ class HFRunner:
         lens = self.rows.lens[:batch]
         ids = torch.cat([self._last_tokens(batch), proposal.drafts], dim=1)  # [B, K+1]
         layout = RaggedLayout.build(lens - 1, torch.full_like(lens, ids.shape[1]), self.cache_len)
-        logits = forward_logits(self.target, self.cache, self._cache_kwarg, 0, ids, layout, False, self.clock)
+        logits = self.target.forward(0, ids, layout, last_only=False)
         verdict = verify(logits, proposal.probs, proposal.drafts, proposal.n_drafts, sampling)
         if self.proposer is not None:
             self.proposer.commit(batch, old_lens, verdict.accepted)

@@ -59,8 +59,13 @@ class SlotKVCache(Cache):
         self._cols = cols
         self._read_len = read_len
 
-    def update(  # type: ignore[override]
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: object, **kwargs: object
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        *args: object,
+        **kwargs: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         # key_states: [n, kv_heads, T, head_dim]; advanced indexing puts [n, T] first.
@@ -69,7 +74,7 @@ class SlotKVCache(Cache):
         rows = slice(self._row_start, self._row_start + self._cols.shape[0])
         return keys[rows, :, : self._read_len], values[rows, :, : self._read_len]
 
-    def get_seq_length(self, layer_idx: int = 0) -> int:  # type: ignore[override]
+    def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._read_len
 
     def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None:

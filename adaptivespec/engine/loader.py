@@ -12,9 +12,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.engine.cached_model import ForwardClock
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.proposers import DraftModelProposer, NgramProposer, Proposer
-from adaptivespec.engine.ragged import ForwardClock
 from adaptivespec.errors import ModelLoadError
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -30,7 +30,9 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("device 'cuda' was asked for, but torch sees no CUDA GPU; use --device cpu or auto")
+        raise ModelLoadError(
+            "device 'cuda' was asked for, but torch sees no CUDA GPU; use --device cpu or auto"
+        )
     return torch.device(name)
 
 
@@ -74,13 +76,19 @@ def _from_pretrained(loader: Callable[..., object], name: str, **kwargs: object)
 
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
-    model = _from_pretrained(AutoModelForCausalLM.from_pretrained, name, dtype=dtype, attn_implementation="sdpa")
+    model = _from_pretrained(
+        AutoModelForCausalLM.from_pretrained, name, dtype=dtype, attn_implementation="sdpa"
+    )
     if not isinstance(model, PreTrainedModel):
         raise ModelLoadError(f"{name!r} did not load as a causal language model")
     window = getattr(model.config, "sliding_window", None)
     if window and getattr(model.config, "use_sliding_window", True):
-        raise ModelLoadError(f"{name!r} uses sliding-window attention, which the slot KV cache does not support yet")
-    return model.to(device).eval()
+        raise ModelLoadError(
+            f"{name!r} uses sliding-window attention, which the slot KV cache does not support yet"
+        )
+    torch.nn.Module.to(model, device)
+    model.eval()
+    return model
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
@@ -91,10 +99,16 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
 
 
 def check_same_vocabulary(
-    target: PreTrainedModel, draft: PreTrainedModel, tok_target: PreTrainedTokenizerBase, tok_draft: PreTrainedTokenizerBase
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    tok_target: PreTrainedTokenizerBase,
+    tok_draft: PreTrainedTokenizerBase,
 ) -> None:
     """Speculation compares token ids, so a draft with another vocabulary would be silently wrong."""
-    t_size, d_size = target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0]
+    t_size, d_size = (
+        target.get_output_embeddings().weight.shape[0],
+        draft.get_output_embeddings().weight.shape[0],
+    )
     if t_size != d_size:
         raise ModelLoadError(
             f"draft vocabulary has {d_size} logits but the target has {t_size}; "

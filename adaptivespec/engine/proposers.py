@@ -13,8 +13,8 @@ from typing import Protocol
 import torch
 from transformers import PreTrainedModel
 
-from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
-from adaptivespec.engine.ragged import ForwardClock, RaggedLayout, cache_kwarg_name, forward_logits
+from adaptivespec.engine.cached_model import CachedModel, ForwardClock
+from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.sampling import BatchSampling, probabilities, sample_from
 
@@ -48,57 +48,52 @@ class DraftModelProposer:
         self, model: PreTrainedModel, name: str, max_batch: int, cache_len: int, clock: ForwardClock
     ) -> None:
         self.name = name
-        self.clock = clock
-        self.model = model
-        param = next(model.parameters())
-        shape = CacheShape.from_config(model.config, max_batch, cache_len)
-        self.cache = SlotKVCache(shape, param.dtype, param.device)
-        self.cached = torch.zeros(max_batch, dtype=torch.long, device=param.device)  # [max_batch]
-        self._cache_kwarg = cache_kwarg_name(model)
+        self.draft = CachedModel(model, max_batch, cache_len, clock)
+        self.cached = torch.zeros(max_batch, dtype=torch.long, device=self.draft.device)  # [max_batch]
 
     @property
     def nbytes(self) -> int:
-        return self.cache.nbytes
+        return self.draft.cache.nbytes
 
     def prefill(self, row_start: int, prompts: list[list[int]]) -> None:
-        device = self.cached.device
-        count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
-        layout = RaggedLayout.build(torch.zeros_like(count), count, self.cache.shape.max_len)
-        ids = torch.zeros(layout.cols.shape, dtype=torch.long, device=device)
-        for r, prompt in enumerate(prompts):
-            ids[r, ids.shape[1] - len(prompt) :] = torch.tensor(prompt, device=device)
-        forward_logits(self.model, self.cache, self._cache_kwarg, row_start, ids, layout, True, self.clock)
-        self.cached[row_start : row_start + len(prompts)] = count
+        self.draft.prefill(row_start, prompts)
+        lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.cached.device)
+        self.cached[row_start : row_start + len(prompts)] = lengths
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
         lens = rows.lens[:batch]
-        catch_up = RaggedLayout.build(self.cached[:batch], lens - self.cached[:batch], self.cache.shape.max_len)
+        catch_up = RaggedLayout.build(self.cached[:batch], lens - self.cached[:batch], self.draft.cache_len)
         ids = rows.tokens[:batch].gather(1, catch_up.gather_index)
         logits = self._forward(ids, catch_up)
-        drafts, probs = [], []
+        drafts: list[torch.Tensor] = []
+        probs: list[torch.Tensor] = []
         one = torch.ones_like(lens)
         for j in range(k):
             token, q = self._pick(logits, sampling)
             drafts.append(token)
-            probs.append(q)
+            if q is not None:
+                probs.append(q)
             if j + 1 < k:
-                logits = self._forward(token.unsqueeze(1), RaggedLayout.build(lens + j, one, self.cache.shape.max_len))
+                logits = self._forward(
+                    token.unsqueeze(1), RaggedLayout.build(lens + j, one, self.draft.cache_len)
+                )
         self.cached[:batch] = lens + (k - 1)
-        stacked = torch.stack(probs, dim=1) if probs and probs[0] is not None else None
+        stacked = torch.stack(probs, dim=1) if probs else None
         return Proposal(torch.stack(drafts, dim=1), torch.full_like(lens, k), stacked)
 
     def commit(self, batch: int, old_lens: torch.Tensor, accepted: torch.Tensor) -> None:
         self.cached[:batch] = torch.minimum(self.cached[:batch], old_lens + accepted)
 
     def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None:
-        self.cache.move_rows(srcs, dsts, upto)
+        self.draft.cache.move_rows(srcs, dsts, upto)
         self.cached[dsts] = self.cached[srcs]
 
     def _forward(self, ids: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
-        out = forward_logits(self.model, self.cache, self._cache_kwarg, 0, ids, layout, True, self.clock)
-        return out[:, -1]  # [B, V]
+        return self.draft.forward(0, ids, layout, last_only=True)[:, -1]  # [B, V]
 
-    def _pick(self, logits: torch.Tensor, sampling: BatchSampling) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _pick(
+        self, logits: torch.Tensor, sampling: BatchSampling
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         argmax = logits.argmax(dim=-1)
         if sampling.all_greedy:
             return argmax, None

@@ -8,14 +8,9 @@ which no real token ever reads, and attend to column 0 only, so they stay finite
 
 from __future__ import annotations
 
-import inspect
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
-
-from adaptivespec.engine.kvcache import SlotKVCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,49 +36,3 @@ class RaggedLayout:
         c = torch.arange(read_len, device=start.device).view(1, 1, read_len)
         sees = torch.where(is_real.unsqueeze(2), c <= real_cols.unsqueeze(2), c == 0)
         return cls(cols, positions, sees.unsqueeze(1), real_cols, read_len)
-
-
-@dataclass(slots=True)
-class ForwardClock:
-    """Accumulates wall time spent inside model forwards, to separate it from engine overhead."""
-
-    seconds: float = field(default=0.0)
-    sync: bool = False  # on cuda, wait for the kernels so the time is real
-
-    def lap(self) -> float:
-        """Returns the time accumulated since the last lap and resets it."""
-        spent, self.seconds = self.seconds, 0.0
-        return spent
-
-
-def cache_kwarg_name(model: PreTrainedModel) -> str:
-    """transformers 5.x renamed `past_key_values` to `cache`; accept either."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def forward_logits(
-    model: PreTrainedModel,
-    cache: SlotKVCache,
-    cache_kwarg: str,
-    row_start: int,
-    input_ids: torch.Tensor,  # [n, T]
-    layout: RaggedLayout,
-    last_only: bool,
-    clock: ForwardClock,
-) -> torch.Tensor:
-    """Runs one forward over rows [row_start, row_start+n); returns logits [n, 1 or T, V]."""
-    began = time.perf_counter()
-    cache.bind(row_start, layout.cols, layout.read_len)
-    out = model(
-        input_ids=input_ids,
-        position_ids=layout.positions,
-        attention_mask=layout.mask,
-        use_cache=True,
-        logits_to_keep=1 if last_only else 0,
-        **{cache_kwarg: cache},
-    )
-    if clock.sync:
-        torch.cuda.synchronize()
-    clock.seconds += time.perf_counter() - began
-    return out.logits

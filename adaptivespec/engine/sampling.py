@@ -26,7 +26,9 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
-            raise InvalidRequestError(f"max_tokens must be a positive integer, got {self.max_tokens!r}", "max_tokens")
+            raise InvalidRequestError(
+                f"max_tokens must be a positive integer, got {self.max_tokens!r}", "max_tokens"
+            )
         if not (self.temperature >= 0.0) or self.temperature == float("inf"):
             raise InvalidRequestError(
                 f"temperature must be a finite number >= 0, got {self.temperature!r}", "temperature"

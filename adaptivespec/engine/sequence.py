@@ -64,7 +64,9 @@ class Sequence:
     def abort(self) -> None:
         self.aborted = True
 
-    def add_tokens(self, tokens: Iterable[int], eos_ids: frozenset[int], tokenizer: PreTrainedTokenizerBase) -> None:
+    def add_tokens(
+        self, tokens: Iterable[int], eos_ids: frozenset[int], tokenizer: PreTrainedTokenizerBase
+    ) -> None:
         """Appends tokens up to the first stop condition, then emits what is safe to show."""
         finish: str | None = None
         new: list[int] = []
@@ -72,12 +74,15 @@ class Sequence:
             new.append(token)
             if token in eos_ids and not self.params.ignore_eos:
                 finish = "stop"
-            elif len(self.output_ids) + len(new) >= self.params.max_tokens or len(self) + len(new) >= self.max_context:
+            elif (
+                len(self.output_ids) + len(new) >= self.params.max_tokens
+                or len(self) + len(new) >= self.max_context
+            ):
                 finish = "length"
             if finish:
                 break
         self.output_ids.extend(new)
-        text = tokenizer.decode(self.output_ids, skip_special_tokens=True)
+        text = str(tokenizer.decode(self.output_ids, skip_special_tokens=True))
         cut = self._stop_cut(text)
         if cut is not None:
             text, finish = text[:cut], "stop"
@@ -89,7 +94,9 @@ class Sequence:
         if not self.finished:
             self._emit((), self._sent_text, reason, error)
 
-    def _emit(self, tokens: tuple[int, ...], shown: str, finish: str | None, error: str | None = None) -> None:
+    def _emit(
+        self, tokens: tuple[int, ...], shown: str, finish: str | None, error: str | None = None
+    ) -> None:
         delta = shown[len(self._sent_text) :] if shown.startswith(self._sent_text) else ""
         self._sent_text += delta
         if finish:

@@ -47,8 +47,8 @@ class TelemetryBus:
         self._subscribers: list[Subscription] = []
         self.published = 0
 
-    def subscribe(self) -> Subscription:
-        subscription = Subscription(self._queue_size)
+    def subscribe(self, maxsize: int | None = None) -> Subscription:
+        subscription = Subscription(maxsize or self._queue_size)
         self._subscribers.append(subscription)
         return subscription
 

@@ -1,0 +1,118 @@
+"""`adaptivespec bench ...`: each command prints a table and can write JSON for docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
+from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.engine.demo_models import held_out_documents
+from adaptivespec.engine.loader import LoadedModels, load_runner
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = commands.add_parser("bench", help="measure the engine side by side")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+    steps = kinds.add_parser("steps", help="decode-step time against batch size and K")
+    steps.add_argument("--batches", type=_ints, default=[1, 2, 4, 8, 16, 32, 64])
+    steps.add_argument("--ks", type=_ints, default=[0, 1, 2, 4, 8])
+    steps.add_argument("--context", type=int, default=128)
+    steps.add_argument("--steps", type=int, default=8)
+    cache = kinds.add_parser("cache", help="our slot KV cache against transformers' DynamicCache")
+    cache.add_argument("--batch", type=int, default=16)
+    cache.add_argument("--contexts", type=_ints, default=[128, 1024])
+    cache.add_argument("--steps", type=int, default=10)
+    accept = kinds.add_parser("acceptance", help="greedy acceptance at K=1 on held-out text")
+    accept.add_argument("--prompts", type=int, default=32)
+    accept.add_argument("--prompt-len", type=int, default=64)
+    accept.add_argument("--steps", type=int, default=64)
+    for parser in (steps, cache, accept):
+        parser.add_argument("--target", default=DEMO_MODEL)
+        parser.add_argument("--draft", default=DEMO_MODEL)
+        parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+        parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+        parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+
+
+def run(args: argparse.Namespace) -> None:
+    handlers = {"steps": _steps, "cache": _cache, "acceptance": _acceptance}
+    result = {"machine": _machine(), **handlers[args.bench](args)}
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+def _load(args: argparse.Namespace, max_batch: int, max_context: int) -> LoadedModels:
+    models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    config = EngineConfig(
+        max_batch=max_batch, max_context=max_context, max_prefill_tokens=max(8192, max_context), models=models
+    )
+    return load_runner(config)
+
+
+def _steps(args: argparse.Namespace) -> dict[str, Any]:
+    horizon = args.context + (args.steps + 2) * (max(args.ks) + 1)
+    loaded = _load(args, max(args.batches), horizon + 1)
+    texts = held_out_documents()
+    rows = []
+    print(f"{'batch':>5} {'K':>2} {'ms/step':>8} {'tok/row/step':>12} {'tok/s':>8}")
+    for batch in args.batches:
+        prompts = prompt_windows(loaded.tokenizer, texts, batch, args.context)
+        for timing in step_times(loaded.runner, prompts, args.ks, args.steps):
+            rows.append({**asdict(timing), "tok_s": timing.tok_s})
+            print(
+                f"{timing.batch:>5} {timing.k:>2} {timing.median_ms:>8.1f} "
+                f"{timing.tokens_per_step:>12.2f} {timing.tok_s:>8.0f}",
+                flush=True,
+            )
+    return {"model_key": loaded.runner.model_key, "context": args.context, "steps": rows}
+
+
+def _cache(args: argparse.Namespace) -> dict[str, Any]:
+    loaded = _load(args, args.batch, max(args.contexts) + 2)
+    texts = held_out_documents()
+    rows = []
+    print(f"{'batch':>5} {'context':>7} {'ours ms':>8} {'DynamicCache ms':>15} {'ratio':>6}")
+    for context in args.contexts:
+        prompts = prompt_windows(loaded.tokenizer, texts, args.batch, context)
+        result = compare_with_dynamic_cache(loaded.runner, prompts, args.steps)
+        rows.append({**asdict(result), "ratio": result.ratio})
+        print(
+            f"{result.batch:>5} {result.context:>7} {result.ours_ms:>8.1f} "
+            f"{result.dynamic_cache_ms:>15.1f} {result.ratio:>6.2f}",
+            flush=True,
+        )
+    return {"model_key": loaded.runner.model_key, "cases": rows}
+
+
+def _acceptance(args: argparse.Namespace) -> dict[str, Any]:
+    loaded = _load(args, args.prompts, args.prompt_len + 2 * args.steps + 4)
+    prompts = prompt_windows(loaded.tokenizer, held_out_documents(), args.prompts, args.prompt_len)
+    rate = acceptance_at_k1(loaded.runner, prompts, args.steps)
+    print(f"greedy acceptance at K=1 over {args.prompts} held-out prompts x {args.steps} steps: {rate:.3f}")
+    return {"model_key": loaded.runner.model_key, "acceptance_k1": rate}
+
+
+def _machine() -> dict[str, Any]:
+    from adaptivespec.engine.loader import hardware_key, resolve_device
+
+    return {
+        "hardware_key": hardware_key(resolve_device("auto")),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "argv": sys.argv[1:],
+    }

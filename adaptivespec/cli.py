@@ -1,0 +1,149 @@
+"""Command line: `adaptivespec generate | demo`. Errors name the problem and exit with status 2."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from adaptivespec.bench import commands as bench_commands
+from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.engine import Completion, Engine
+from adaptivespec.engine.loader import load_runner
+from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.errors import AdaptiveSpecError
+
+
+def _model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target", default=DEMO_MODEL, help="model directory, hub id in the local cache, or 'demo'"
+    )
+    parser.add_argument(
+        "--draft", default=DEMO_MODEL, help="draft model (same tokenizer as the target), or 'demo'"
+    )
+    parser.add_argument("--proposer", choices=("draft", "ngram"), default="draft")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+    parser.add_argument("--max-context", type=int, default=1024, help="tokens per sequence, prompt included")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="adaptivespec", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log engine events to stderr")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    gen = commands.add_parser("generate", help="generate completions with batched speculative decoding")
+    source = gen.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="one prompt")
+    source.add_argument(
+        "--prompts-file", type=Path, help="one prompt per line; all run as one continuous batch"
+    )
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--k", type=int, default=4, help="draft tokens per step; 0 turns speculation off")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--json", action="store_true", help="one JSON object per prompt, in input order")
+    _model_flags(gen)
+
+    demo = commands.add_parser("demo", help="build (if needed) the embedded demo pair and print its report")
+    demo.add_argument("--json", action="store_true")
+    bench_commands.register(commands)
+    return parser
+
+
+def _prompts(args: argparse.Namespace) -> list[str]:
+    if args.prompt is not None:
+        return [args.prompt]
+    path: Path = args.prompts_file
+    if not path.is_file():
+        raise AdaptiveSpecError(f"prompts file {path} does not exist")
+    prompts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not prompts:
+        raise AdaptiveSpecError(f"prompts file {path} holds no prompts (one per line)")
+    return prompts
+
+
+async def _generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
+    prompts = _prompts(args)
+    params = SamplingParams(
+        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
+    )
+    models = ModelConfig(
+        target=args.target,
+        draft=args.draft if args.proposer == "draft" else None,
+        proposer=args.proposer,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    config = EngineConfig(
+        max_batch=min(64, len(prompts)),
+        max_queued=len(prompts),
+        max_context=args.max_context,
+        max_prefill_tokens=max(8192, args.max_context),
+        models=models,
+    )
+    loaded = load_runner(config)
+    engine = Engine(loaded.runner, loaded.tokenizer, FixedK(args.k), config)
+    await engine.start()
+    try:
+        completions = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+    finally:
+        await engine.stop()
+    return list(zip(prompts, completions, strict=True))
+
+
+def _print_completions(results: list[tuple[str, Completion]], as_json: bool) -> None:
+    for prompt, done in results:
+        if as_json:
+            record = {
+                "prompt": prompt,
+                "text": done.text,
+                "token_ids": done.token_ids,
+                "finish_reason": done.finish_reason,
+                "steps": done.stats.steps,
+                "drafted": done.stats.drafted,
+                "accepted": done.stats.accepted,
+            }
+            print(json.dumps(record), flush=True)
+        else:
+            print(prompt + done.text, flush=True)
+            rate = done.stats.accepted / done.stats.drafted if done.stats.drafted else 0.0
+            print(
+                f"--- {len(done.token_ids)} tokens in {done.stats.steps} steps, "
+                f"acceptance {rate:.2f}, finish: {done.finish_reason}",
+                file=sys.stderr,
+            )
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from adaptivespec.engine.demo_models import ensure_demo_pair
+
+    pair = ensure_demo_pair()
+    report = {"target": str(pair.target), "draft": str(pair.draft), **pair.report}
+    print(json.dumps(report, indent=None if args.json else 2))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    try:
+        if args.command == "generate":
+            _print_completions(asyncio.run(_generate(args)), args.json)
+        elif args.command == "demo":
+            _demo(args)
+        elif args.command == "bench":
+            bench_commands.run(args)
+    except (AdaptiveSpecError, ValueError) as exc:
+        print(f"adaptivespec: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""A transformers model bound to its slot KV cache: one ragged forward at a time."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
+from adaptivespec.engine.ragged import RaggedLayout
+
+
+@dataclass(slots=True)
+class ForwardClock:
+    """Accumulates wall time spent inside model forwards, to separate it from engine overhead."""
+
+    seconds: float = field(default=0.0)
+    sync: bool = False  # on cuda, wait for the kernels so the time is real
+
+    def lap(self) -> float:
+        """Returns the time accumulated since the last lap and resets it."""
+        spent, self.seconds = self.seconds, 0.0
+        return spent
+
+
+class CachedModel:
+    def __init__(self, model: PreTrainedModel, max_batch: int, cache_len: int, clock: ForwardClock) -> None:
+        param = next(model.parameters())
+        self.model = model
+        self.device = param.device
+        self.cache = SlotKVCache(
+            CacheShape.from_config(model.config, max_batch, cache_len), param.dtype, param.device
+        )
+        self.clock = clock
+        # transformers 5.x renamed `past_key_values` to `cache`; accept either.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+
+    @property
+    def cache_len(self) -> int:
+        return self.cache.shape.max_len
+
+    def forward(
+        self, row_start: int, input_ids: torch.Tensor, layout: RaggedLayout, last_only: bool
+    ) -> torch.Tensor:
+        """input_ids [n, T] for rows [row_start, row_start+n) -> logits [n, 1 or T, V]."""
+        began = time.perf_counter()
+        self.cache.bind(row_start, layout.cols, layout.read_len)
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=layout.positions,
+            attention_mask=layout.mask,
+            use_cache=True,
+            logits_to_keep=1 if last_only else 0,
+            **{self._cache_kwarg: self.cache},
+        )
+        if self.clock.sync:
+            torch.cuda.synchronize()
+        self.clock.seconds += time.perf_counter() - began
+        return out.logits
+
+    def prefill(self, row_start: int, prompts: list[list[int]]) -> torch.Tensor:
+        """Left-padded batched prefill of whole prompts; returns each row's last logits [n, V]."""
+        count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.device)
+        layout = RaggedLayout.build(torch.zeros_like(count), count, self.cache_len)
+        ids = torch.zeros(layout.cols.shape, dtype=torch.long, device=self.device)
+        for r, prompt in enumerate(prompts):
+            ids[r, ids.shape[1] - len(prompt) :] = torch.tensor(prompt, device=self.device)
+        return self.forward(row_start, ids, layout, last_only=True)[:, -1]

@@ -1,0 +1,225 @@
+"""Engine behaviour through its public interface: streaming, abort, limits, telemetry, memory."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import resource
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.sequence import TokenEvent
+from adaptivespec.errors import InvalidRequestError, ModelLoadError, QueueFullError
+
+from ..conftest import TinyPair, engine_config
+
+
+async def _engine(tiny_pair: TinyPair, tiny_models: LoadedModels, k: int = 4, **limits: int) -> Engine:
+    config = engine_config(tiny_pair, **limits)
+    engine = Engine(tiny_models.runner, tiny_models.tokenizer, FixedK(k), config)
+    await engine.start()
+    return engine
+
+
+async def _wait_until(condition: object, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.001)
+
+
+async def test_stream_yields_tokens_then_finish(tiny_pair: TinyPair, tiny_models: LoadedModels) -> None:
+    engine = await _engine(tiny_pair, tiny_models)
+    try:
+        events = [e async for e in engine.submit("def add", SamplingParams(max_tokens=12, temperature=0.0))]
+    finally:
+        await engine.stop()
+    assert events[-1].finish_reason in {"stop", "length"}
+    assert all(e.finish_reason is None for e in events[:-1])
+    tokens = [t for e in events for t in e.token_ids]
+    assert 1 <= len(tokens) <= 12
+    assert "".join(e.text for e in events) == tiny_models.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+async def test_abort_frees_the_slot(tiny_pair: TinyPair, tiny_models: LoadedModels) -> None:
+    engine = await _engine(tiny_pair, tiny_models)
+    params = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
+    try:
+        streams: list[AsyncIterator[TokenEvent]] = [engine.submit("for i in", params) for _ in range(5)]
+        for stream in streams[:3]:
+            await anext(stream)
+        # One consumer closes its stream; another is cancelled while waiting for tokens.
+        await streams[0].aclose()  # type: ignore[attr-defined]
+        waiter = asyncio.create_task(anext(streams[1]))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        await _wait_until(lambda: len(engine.scheduler.running) == 3)
+        for stream in streams[2:]:
+            await stream.aclose()  # type: ignore[attr-defined]
+        await _wait_until(lambda: not engine.scheduler.has_work)
+    finally:
+        await engine.stop()
+
+
+async def test_abort_while_queued_never_runs(tiny_pair: TinyPair, tiny_models: LoadedModels) -> None:
+    engine = await _engine(tiny_pair, tiny_models, max_batch=1)
+    params = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
+    try:
+        first = engine.submit("def", params)
+        queued = engine.submit("for", params)
+        await anext(first)
+        await queued.aclose()  # type: ignore[attr-defined]
+        rest = [e async for e in first]
+        assert rest[-1].finish_reason == "length"
+        await _wait_until(lambda: not engine.scheduler.has_work)
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "params", "message"),
+    [
+        ("", {}, "prompt is empty"),
+        ("x " * 400, {}, "context holds"),
+        ("def", {"max_tokens": 0}, "max_tokens must be a positive integer"),
+        ("def", {"max_tokens": -3}, "max_tokens must be a positive integer"),
+        ("def", {"temperature": -0.5}, "temperature must be"),
+        ("def", {"top_p": 0.0}, "top_p must be"),
+        ("def", {"max_tokens": 1000}, "lower max_tokens"),
+    ],
+)
+async def test_bad_input_is_rejected_with_a_clear_message(
+    tiny_pair: TinyPair, tiny_models: LoadedModels, prompt: str, params: dict[str, int], message: str
+) -> None:
+    engine = await _engine(tiny_pair, tiny_models)
+    try:
+        with pytest.raises(InvalidRequestError, match=message):
+            engine.submit(prompt, SamplingParams(**params))
+    finally:
+        await engine.stop()
+
+
+def test_draft_with_another_vocabulary_is_refused(tiny_pair: TinyPair) -> None:
+    config = engine_config(tiny_pair)
+    mismatched = config.models.__class__(
+        target=str(tiny_pair.target), draft=str(tiny_pair.other_vocab_draft), device="cpu", dtype="float32"
+    )
+    with pytest.raises(ModelLoadError, match="vocabulary|tokenizer"):
+        load_runner(config.__class__(models=mismatched, max_batch=2, max_context=64), progress=False)
+
+
+async def test_full_queue_raises(tiny_pair: TinyPair, tiny_models: LoadedModels) -> None:
+    engine = await _engine(tiny_pair, tiny_models, max_batch=1, max_queued=2)
+    params = SamplingParams(max_tokens=5, temperature=0.0)
+    try:
+        streams = [engine.submit("def", params) for _ in range(2)]
+        with pytest.raises(QueueFullError, match="retry later"):
+            for _ in range(3):
+                streams.append(engine.submit("def", params))
+        for stream in streams:
+            async for _ in stream:
+                pass
+    finally:
+        await engine.stop()
+
+
+async def test_stop_string_ends_the_request_and_is_not_shown(
+    tiny_pair: TinyPair, tiny_models: LoadedModels
+) -> None:
+    engine = await _engine(tiny_pair, tiny_models)
+    free = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    try:
+        full = await engine.generate("for i in", free)
+        stop = full.text[5:8]
+        cut = await engine.generate("for i in", SamplingParams(max_tokens=40, temperature=0.0, stop=(stop,)))
+    finally:
+        await engine.stop()
+    assert len(full.text) > 8
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.index(stop)]
+
+
+async def test_seeded_sampling_is_reproducible(tiny_pair: TinyPair, tiny_models: LoadedModels) -> None:
+    engine = await _engine(tiny_pair, tiny_models)
+    try:
+        runs = [
+            await engine.generate(
+                "def", SamplingParams(max_tokens=30, temperature=2.0, top_p=0.95, seed=seed)
+            )
+            for seed in (7, 7, 8, 9, 10)
+        ]
+    finally:
+        await engine.stop()
+    assert runs[0].token_ids == runs[1].token_ids
+    # The tiny model has memorised its corpus, so one other seed may coincide; not all three.
+    assert any(run.token_ids != runs[0].token_ids for run in runs[2:])
+
+
+async def test_telemetry_reports_each_step_and_counts_drops(
+    tiny_pair: TinyPair, tiny_models: LoadedModels
+) -> None:
+    engine = await _engine(tiny_pair, tiny_models, k=3)
+    fast = engine.telemetry.subscribe()
+    slow = engine.telemetry.subscribe(maxsize=2)  # a consumer that never reads
+    try:
+        await asyncio.gather(
+            *(
+                engine.generate(p, SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True))
+                for p in ("a", "b")
+            )
+        )
+    finally:
+        await engine.stop()
+    records = [fast.queue.get_nowait() for _ in range(fast.queue.qsize())]
+    assert len(records) == engine.steps == engine.telemetry.published
+    assert slow.dropped == engine.steps - 2
+    first = records[0]
+    assert first.batch_size == 2 and first.k == 3
+    assert first.drafted == 6 and 0 <= first.accepted <= first.drafted
+    assert first.emitted == first.accepted + first.batch_size
+    assert first.step_seconds >= first.verify_seconds > 0 and first.draft_seconds > 0
+    assert first.model_key.startswith("target+draft") and first.hardware_key.startswith("cpu:")
+
+
+async def test_memory_stays_bounded_over_many_requests(
+    tiny_pair: TinyPair, tiny_models: LoadedModels
+) -> None:
+    """RSS after 2,000 requests is within 5% of RSS after the first 200."""
+    engine = await _engine(tiny_pair, tiny_models)
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+
+    async def wave(count: int) -> None:
+        await asyncio.gather(*(engine.generate(f"x{i % 50}", params) for i in range(count)))
+
+    try:
+        for _ in range(4):
+            await wave(50)
+        gc.collect()
+        after_200 = _rss_bytes()
+        for _ in range(36):
+            await wave(50)
+        gc.collect()
+        after_2000 = _rss_bytes()
+    finally:
+        await engine.stop()
+    assert after_2000 <= after_200 * 1.05
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+def test_kv_cache_is_preallocated_and_reported(tiny_models: LoadedModels) -> None:
+    runner = tiny_models.runner
+    assert runner.target.cache.keys[0].shape[0] == runner.max_batch
+    assert runner.target.cache.keys[0].shape[2] == runner.cache_len
+    assert "KV cache preallocated for 16 rows" in runner.describe()
+    assert f"{runner.kv_bytes / 2**20:.1f} MiB" in runner.describe()

@@ -1,0 +1,98 @@
+"""Speculation must never change greedy output: K > 0 gives exactly the K = 0 tokens."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from adaptivespec.controller.policy import FixedK, StaticTable
+from adaptivespec.engine.engine import Completion, Engine
+from adaptivespec.engine.loader import load_runner
+from adaptivespec.engine.sampling import SamplingParams
+
+from ..conftest import TinyPair, engine_config
+
+PROMPTS = [
+    "def add",
+    "for i in range(10):\n",
+    "class Point:\n    def __init__(self",
+    "import os\nimport sys\nprint(",
+    "def add(a, b):\n    return a + b\ndef add(a, b):\n",
+    "print(i)\nprint(i)\nprint(",
+    "self.x = x\n        self.y",
+    "x",
+    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
+]
+GREEDY = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
+
+
+async def _run(
+    pair: TinyPair, proposer: str, policy: FixedK | StaticTable, staggered: bool
+) -> list[Completion]:
+    config = engine_config(pair, proposer)
+    loaded = load_runner(config, progress=False)
+    engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
+    await engine.start()
+    try:
+        tasks = []
+        for i, prompt in enumerate(PROMPTS):
+            tasks.append(asyncio.create_task(engine.generate(prompt, GREEDY)))
+            if staggered and i % 3 == 2:
+                # Let the running batch take a few steps before the next group joins.
+                target = engine.steps + 2
+                while engine.steps < target:
+                    await asyncio.sleep(0.001)
+        return await asyncio.gather(*tasks)
+    finally:
+        await engine.stop()
+
+
+@pytest.fixture(scope="module")
+def baseline(tiny_pair: TinyPair) -> list[Completion]:
+    return asyncio.run(_run(tiny_pair, "draft", FixedK(0), staggered=False))
+
+
+@pytest.mark.parametrize("proposer", ["draft", "ngram"])
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_speculative_greedy_equals_plain_decoding(
+    tiny_pair: TinyPair, baseline: list[Completion], proposer: str, k: int
+) -> None:
+    outputs = asyncio.run(_run(tiny_pair, proposer, FixedK(k), staggered=True))
+    for plain, spec in zip(baseline, outputs, strict=True):
+        assert spec.token_ids == plain.token_ids
+    drafted = sum(o.stats.drafted for o in outputs)
+    accepted = sum(o.stats.accepted for o in outputs)
+    assert drafted > 0, "the proposer never drafted, so nothing was verified"
+    if proposer == "draft":
+        # Both acceptance and rejection happened, so both paths were exercised.
+        assert 0 < accepted < drafted
+        assert sum(o.stats.steps for o in outputs) < sum(o.stats.steps for o in baseline)
+
+
+def test_plain_decoding_equals_transformers_generate(tiny_pair: TinyPair, baseline: list[Completion]) -> None:
+    loaded = load_runner(engine_config(tiny_pair), progress=False)
+    model = loaded.runner.target.model
+    checked = 0
+    for completion in baseline:
+        prompt = torch.tensor([completion.prompt_ids])
+        reference = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=GREEDY.max_tokens,
+            do_sample=False,
+        )
+        expected = reference[0, prompt.shape[1] :].tolist()
+        # generate() stops at EOS; our requests ignore EOS, so compare up to where it stopped.
+        assert completion.token_ids[: len(expected)] == expected
+        checked += len(expected)
+    assert checked >= 50
+
+
+def test_policy_switching_mid_stream_stays_exact(tiny_pair: TinyPair, baseline: list[Completion]) -> None:
+    """K = 0 steps leave the draft cache behind; resuming must catch it up exactly."""
+    flapping = StaticTable.parse([(1, 3, 4), (4, 6, 0), (7, 9, 2)], default_k=0)
+    outputs = asyncio.run(_run(tiny_pair, "draft", flapping, staggered=True))
+    for plain, spec in zip(baseline, outputs, strict=True):
+        assert spec.token_ids == plain.token_ids

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import torch
+
+from adaptivespec.engine.proposers import NgramProposer
+from adaptivespec.engine.rows import RowState
+from adaptivespec.engine.sampling import BatchSampling
+
+
+def _rows(*histories: list[int]) -> RowState:
+    rows = RowState.allocate(len(histories), 32, torch.device("cpu"))
+    for r, history in enumerate(histories):
+        rows.tokens[r, : len(history)] = torch.tensor(history)
+        rows.lens[r] = len(history)
+    return rows
+
+
+def _greedy(batch: int) -> BatchSampling:
+    return BatchSampling(torch.ones(batch), torch.ones(batch), torch.ones(batch, dtype=torch.bool), [])
+
+
+def test_ngram_copies_what_followed_the_latest_match() -> None:
+    rows = _rows(
+        [5, 6, 7, 1, 2, 9, 5, 6, 7, 3, 4, 5, 6, 7],  # "5 6 7" last seen before "3 4"
+        [1, 2, 3, 4],  # no repeat at all
+        [8, 9, 1, 8, 9],  # only a 2-gram match, followed by "1 8 9"
+    )
+    proposal = NgramProposer(max_n=3, min_n=2).propose(rows, 3, 4, _greedy(3))
+    assert proposal.probs is None
+    assert proposal.n_drafts.tolist() == [4, 0, 3]
+    assert proposal.drafts[0].tolist() == [3, 4, 5, 6]
+    assert proposal.drafts[2, :3].tolist() == [1, 8, 9]
