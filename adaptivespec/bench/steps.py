@@ -80,17 +80,17 @@ def compare_with_dynamic_cache(runner: HFRunner, prompts: list[list[int]], steps
     """One plain decode step at a fixed context: our slot cache against DynamicCache, interleaved."""
     batch, context = len(prompts), len(prompts[0])
     ids = torch.tensor(prompts, device=runner.device)
-    model = runner.target.model
+    model, kwarg = runner.target.model, runner.target.cache_kwarg
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
-        model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True)
+        model(input_ids=ids[:, :-1], use_cache=True, **{kwarg: cache})
         _prefill(runner, [p[:-1] for p in prompts])
         ours, theirs = [], []
         for _ in range(steps + 1):
             began = time.perf_counter()
-            model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True)
+            model(input_ids=ids[:, -1:], use_cache=True, **{kwarg: cache})
             theirs.append(time.perf_counter() - began)
-            cache.crop(context - 1)
+            cache.crop(-1)
             ours.append(runner.decode(batch, 0).step_seconds)
             runner.rows.lens[:batch] -= 1  # stay at the same context, like the cropped baseline
     return CacheComparison(

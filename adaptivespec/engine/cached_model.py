@@ -37,7 +37,7 @@ class CachedModel:
         self.clock = clock
         # transformers 5.x renamed `past_key_values` to `cache`; accept either.
         params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
 
     @property
     def cache_len(self) -> int:
@@ -55,7 +55,7 @@ class CachedModel:
             attention_mask=layout.mask,
             use_cache=True,
             logits_to_keep=1 if last_only else 0,
-            **{self._cache_kwarg: self.cache},
+            **{self.cache_kwarg: self.cache},
         )
         if self.clock.sync:
             torch.cuda.synchronize()
