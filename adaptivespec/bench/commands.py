@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from adaptivespec.bench import control_command
 from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
 from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
@@ -41,6 +42,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     accept.add_argument("--prompts", type=int, default=32)
     accept.add_argument("--prompt-len", type=int, default=64)
     accept.add_argument("--steps", type=int, default=64)
+    control_command.register(kinds)
     for parser in (steps, cache, accept):
         parser.add_argument("--target", default=DEMO_MODEL)
         parser.add_argument("--draft", default=DEMO_MODEL)
@@ -50,6 +52,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace) -> None:
+    if args.bench == "control":
+        control_command.run(args)
+        return
     handlers = {"steps": _steps, "cache": _cache, "acceptance": _acceptance}
     result = {"machine": _machine(), **handlers[args.bench](args)}
     if args.json is not None:

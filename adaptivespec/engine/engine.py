@@ -16,8 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from transformers import PreTrainedTokenizerBase
-
 from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, Runner
@@ -25,6 +23,7 @@ from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import RowMoves, Scheduler
 from adaptivespec.engine.sequence import Sequence, SequenceStats, TokenEvent
 from adaptivespec.engine.telemetry import StepTelemetry, TelemetryBus
+from adaptivespec.engine.tokenizer import Tokenizer
 from adaptivespec.errors import EngineStoppedError, InvalidRequestError
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ class Engine:
     def __init__(
         self,
         runner: Runner,
-        tokenizer: PreTrainedTokenizerBase,
+        tokenizer: Tokenizer,
         policy: SpecPolicy,
         config: EngineConfig,
         telemetry: TelemetryBus | None = None,

@@ -8,9 +8,8 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from transformers import PreTrainedTokenizerBase
-
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.tokenizer import Tokenizer
 
 _ids = itertools.count()
 
@@ -64,9 +63,7 @@ class Sequence:
     def abort(self) -> None:
         self.aborted = True
 
-    def add_tokens(
-        self, tokens: Iterable[int], eos_ids: frozenset[int], tokenizer: PreTrainedTokenizerBase
-    ) -> None:
+    def add_tokens(self, tokens: Iterable[int], eos_ids: frozenset[int], tokenizer: Tokenizer) -> None:
         """Appends tokens up to the first stop condition, then emits what is safe to show."""
         finish: str | None = None
         new: list[int] = []

@@ -1,0 +1,111 @@
+"""`adaptivespec bench control --backend sim ...`: argument handling, progress and the JSON report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from adaptivespec.bench.control import baseline_policies, run_control
+from adaptivespec.bench.plot import goodput_by_batch
+from adaptivespec.controller.keys import BATCH_BUCKETS
+from adaptivespec.errors import ConfigError
+from adaptivespec.sim import specs
+from adaptivespec.sim.costmodel import StepCostModel
+from adaptivespec.sim.loop import SimLoop
+from adaptivespec.sim.workload import Workload, default_load
+
+
+def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    control = kinds.add_parser("control", help="every speculation policy against a per-bucket oracle")
+    control.add_argument("--backend", choices=("sim",), required=True, help="only the simulator so far")
+    where = control.add_mutually_exclusive_group(required=True)
+    where.add_argument("--hardware", help=f"preset: {', '.join(specs.HARDWARE_PRESETS)}")
+    where.add_argument("--hardware-spec", type=Path, help="JSON file with the HardwareSpec keys")
+    control.add_argument(
+        "--target", required=True, help=f"preset ({', '.join(specs.MODEL_PRESETS)}) or FILE.json"
+    )
+    control.add_argument("--draft", required=True, help="preset or FILE.json, as --target")
+    load = control.add_mutually_exclusive_group()
+    load.add_argument("--acceptance", type=float, help="mean acceptance rate (default 0.7)")
+    load.add_argument("--workload", type=Path, help="workload JSON file")
+    control.add_argument("--steps-per-bucket", type=int, default=2000)
+    control.add_argument("--seed", type=int, default=0)
+    control.add_argument("--json", type=Path, required=True)
+    control.add_argument("--plot", type=Path, default=None)
+
+
+def _model(value: str) -> specs.ModelSpec:
+    if value.endswith(".json") or Path(value).is_file():
+        return specs.load_spec(specs.ModelSpec, Path(value))
+    return specs.model(value)
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    if args.steps_per_bucket < 1:
+        raise ConfigError("--steps-per-bucket must be >= 1")
+    if args.workload is not None:
+        return Workload.from_file(args.workload, args.steps_per_bucket)
+    return Workload(
+        acceptance_mean=0.7 if args.acceptance is None else args.acceptance,
+        load=default_load(args.steps_per_bucket),
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    hardware = specs.hardware(args.hardware, args.hardware_spec)
+    target, draft = _model(args.target), _model(args.draft)
+    workload = _workload(args)
+    cost = StepCostModel(hardware, target, draft)
+    loop = SimLoop(cost, workload, args.seed, f"{target.name}+{draft.name}:bf16", f"sim:{hardware.name}")
+    policies = baseline_policies()
+    runs = 8 + len(policies)
+    with tqdm(total=runs * workload.total_steps, desc="bench control", unit="step", file=sys.stderr) as bar:
+        oracle, reports = run_control(loop, policies, progress=bar.update)
+    report = {
+        "scenario": {
+            "backend": "sim",
+            "hardware": asdict(hardware),
+            "target": asdict(target),
+            "draft": asdict(draft),
+            "workload": _jsonable(asdict(workload)),
+            "seed": args.seed,
+        },
+        "buckets": list(oracle.k_by_bucket),
+        "oracle": oracle.to_json(),
+        "policies": {name: r.to_json() for name, r in reports.items()},
+    }
+    args.json.write_text(json.dumps(report, indent=2))
+    _print_table(report)
+    if args.plot is not None:
+        sizes = {b.label: b.hi for b in BATCH_BUCKETS}
+        series = {name: r.goodput_by_bucket for name, r in reports.items()}
+        title = f"{hardware.name}: {target.name} + {draft.name} draft, acceptance {workload.acceptance_mean}"
+        goodput_by_batch(args.plot, title, series, sizes)
+    return report
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    oracle = report["oracle"]
+    print(f"oracle K by bucket: {oracle['k_by_bucket']}  threshold: {oracle['threshold']}")
+    print(
+        f"{'policy':<14} {'goodput tok/s':>14} {'ratio to oracle':>16} {'p50 ITL ms':>11} {'p99 ITL ms':>11}"
+    )
+    for name, r in report["policies"].items():
+        print(
+            f"{name:<14} {r['goodput_tok_s']:>14.0f} {r['ratio_to_oracle']:>16.3f} "
+            f"{r['p50_itl_ms']:>11.2f} {r['p99_itl_ms']:>11.2f}"
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value

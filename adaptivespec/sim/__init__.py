@@ -1,0 +1,1 @@
+"""The `sim` backend: GPU-scale speculative decoding priced by a roofline on a virtual clock."""

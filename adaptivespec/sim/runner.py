@@ -1,0 +1,70 @@
+"""The `sim` runner: the engine's Runner interface, priced by the roofline on a virtual clock.
+
+Nothing sleeps. Each decode step reports the virtual seconds the roofline gives it, and
+each row accepts draft tokens with its own rate, drawn per request from the workload.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
+from adaptivespec.sim.costmodel import StepCostModel
+from adaptivespec.sim.loop import AcceptanceModel
+from adaptivespec.sim.workload import Workload
+
+_FILLER = [ord(c) for c in "simulated tokens "]
+
+
+class SimRunner:
+    def __init__(
+        self, cost: StepCostModel, workload: Workload, *, max_batch: int, max_spec_tokens: int, seed: int
+    ) -> None:
+        self.cost = cost
+        self.acceptance = AcceptanceModel(workload)
+        self.max_batch = max_batch
+        self.max_spec_tokens = max_spec_tokens
+        self.eos_token_ids: frozenset[int] = frozenset()
+        draft = cost.draft.name if cost.draft is not None else "none"
+        self.model_key = f"{cost.target.name}+{draft}:bf16"
+        self.hardware_key = f"sim:{cost.hardware.name}"
+        self.clock = 0.0  # virtual seconds elapsed
+        self._rng = np.random.default_rng(seed)
+        self._alpha = np.zeros(max_batch)
+        self._context = np.zeros(max_batch, dtype=np.int64)
+
+    def describe(self) -> str:
+        return f"sim runner: {self.model_key} on {self.hardware_key} (virtual clock)"
+
+    def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput:
+        rows = slice(row_start, row_start + len(items))
+        lengths = np.array([len(item.prompt) for item in items])
+        self._alpha[rows] = self.acceptance.draw(self._rng, len(items))
+        self._context[rows] = lengths + 1
+        seconds = self.cost.prefill_seconds(int(lengths.sum()), len(items))
+        self.clock += seconds
+        return PrefillOutput([_FILLER[0]] * len(items), seconds)
+
+    def decode(self, batch: int, k: int) -> DecodeOutput:
+        k = min(k, self.max_spec_tokens)
+        cost = self.cost.step(batch, k, float(self._context[:batch].sum()))
+        accepted = AcceptanceModel.accepted(self._alpha[:batch], self._rng.random(batch), k)
+        self._context[:batch] += accepted + 1
+        self.clock += cost.step_seconds
+        tokens = [
+            [_FILLER[(i + j) % len(_FILLER)] for j in range(a + 1)] for i, a in enumerate(accepted.tolist())
+        ]
+        return DecodeOutput(
+            tokens=tokens,
+            drafted=[k] * batch,
+            accepted=accepted.tolist(),
+            k=k,
+            draft_seconds=cost.draft_seconds,
+            verify_seconds=cost.verify_seconds,
+            step_seconds=cost.step_seconds,
+            forward_seconds=cost.draft_seconds + cost.verify_seconds,
+        )
+
+    def move_rows(self, srcs: list[int], dsts: list[int]) -> None:
+        self._alpha[dsts] = self._alpha[srcs]
+        self._context[dsts] = self._context[srcs]

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptivespec.bench.control import crossover
+from adaptivespec.cli import main
+
+
+def test_crossover_is_the_start_of_the_trailing_run_of_zeros() -> None:
+    assert crossover({"1": 4, "2": 3, "3-4": 0, "5-8": 2, "9-12": 0, "13-16": 0}) == 9
+    assert crossover({"1": 4, "2": 0, "3-4": 1}) is None
+    assert crossover({"1": 0, "2": 0}) == 1
+
+
+def test_bench_control_report_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, plot = tmp_path / "c.json", tmp_path / "c.png"
+    args = ["bench", "control", "--backend", "sim", "--hardware", "l4", "--target", "llama-3.1-8b"]
+    args += ["--draft", "llama-3.2-1b", "--acceptance", "0.6", "--steps-per-bucket", "60", "--seed", "3"]
+    assert main([*args, "--json", str(out), "--plot", str(plot)]) == 0
+    report = json.loads(out.read_text())
+    assert report["buckets"][0] == "1" and report["buckets"][-1] == "193-256"
+    oracle = report["oracle"]
+    assert set(oracle["k_by_bucket"]) == set(report["buckets"])
+    assert oracle["threshold"] is None or isinstance(oracle["threshold"], int)
+    expected = {"off", "always-k2", "always-k4", "threshold-16", "threshold-32", "oracle"}
+    assert set(report["policies"]) == expected
+    for name, policy in report["policies"].items():
+        assert {
+            "goodput_tok_s",
+            "ratio_to_oracle",
+            "k_by_bucket",
+            "p50_itl_ms",
+            "p99_itl_ms",
+        } <= policy.keys()
+        assert 0 < policy["ratio_to_oracle"] <= 1.0 + 1e-9, name
+        assert policy["p50_itl_ms"] <= policy["p99_itl_ms"]
+    assert report["policies"]["oracle"]["ratio_to_oracle"] == pytest.approx(1.0)
+    assert report["policies"]["off"]["k_by_bucket"] == dict.fromkeys(report["buckets"], 0)
+    threshold16 = report["policies"]["threshold-16"]["k_by_bucket"]
+    assert threshold16["9-12"] == 4 and threshold16["17-24"] == 0
+    # Where a policy picks the oracle's K, it reproduces the oracle's goodput exactly.
+    for bucket, k in oracle["k_by_bucket"].items():
+        if k == 4:
+            assert (
+                report["policies"]["always-k4"]["goodput_by_bucket"][bucket]
+                == oracle["goodput_by_bucket"][bucket]
+            )
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "oracle K by bucket" in capsys.readouterr().out
+
+
+def test_bench_control_bad_preset_lists_presets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["bench", "control", "--backend", "sim", "--hardware", "h1000", "--target", "llama-3.1-8b"]
+    assert main([*args, "--draft", "llama-3.2-1b", "--json", str(tmp_path / "x.json")]) == 2
+    assert "presets: h100-sxm, h200, a100-80gb, l4" in capsys.readouterr().err
