@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from adaptivespec.controller.keys import BATCH_BUCKETS, batch_bucket
+from adaptivespec.controller.keys import crossover as keys_crossover
 from adaptivespec.controller.policy import FixedK, SpecPolicy, StaticTable
+from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.sim.loop import PhaseResult, SimLoop, weighted_percentile
 
 ORACLE_ARMS = (0, 1, 2, 3, 4, 5, 6, 8)
@@ -120,14 +122,8 @@ def _best_arm(per_arm: Mapping[int, Mapping[str, Sequence[PhaseResult]]], label:
 
 def crossover(k_by_bucket: Mapping[str, int]) -> int | None:
     """Smallest batch size from which every larger bucket's best K is 0; None if there is none."""
-    threshold = None
-    for label, k in k_by_bucket.items():
-        lo = int(label.split("-")[0])
-        if k == 0:
-            threshold = lo if threshold is None else threshold
-        else:
-            threshold = None
-    return threshold
+    labelled = {b.label: b for b in BATCH_BUCKETS}
+    return keys_crossover([(labelled[label], k) for label, k in k_by_bucket.items()])
 
 
 def ratio_to_oracle(report: PolicyReport, oracle: Oracle) -> float:
@@ -136,25 +132,39 @@ def ratio_to_oracle(report: PolicyReport, oracle: Oracle) -> float:
     return float(np.mean(ratios))
 
 
+@dataclass(frozen=True, slots=True)
+class Learner:
+    """A learning policy: what the loop asks for K, and what it tells about each step."""
+
+    policy: SpecPolicy
+    on_step: Callable[[StepTelemetry], None]
+
+
 def run_control(
     loop: SimLoop,
     policies: Mapping[str, SpecPolicy],
     progress: Callable[[int], None] | None = None,
     arms: Sequence[int] = ORACLE_ARMS,
-) -> tuple[Oracle, dict[str, PolicyReport]]:
+    learners: Mapping[str, Callable[[], Learner]] | None = None,
+) -> tuple[Oracle, dict[str, PolicyReport], dict[str, list[PhaseResult]]]:
     sweep = {k: loop.run(FixedK(k), progress=progress) for k in arms}
     oracle = oracle_from_sweep(sweep)
     reports: dict[str, PolicyReport] = {}
+    raw: dict[str, list[PhaseResult]] = {f"k{k}": results for k, results in sweep.items()}
     for name, policy in policies.items():
-        report = summarise(loop.run(policy, progress=progress))
-        reports[name] = _with_ratio(report, oracle)
+        raw[name] = loop.run(policy, progress=progress)
+        reports[name] = _with_ratio(summarise(raw[name]), oracle)
+    for name, make in (learners or {}).items():
+        learner = make()
+        raw[name] = loop.run(learner.policy, on_step=learner.on_step, progress=progress)
+        reports[name] = _with_ratio(summarise(raw[name]), oracle)
     reports["oracle"] = _with_ratio(
         summarise(
             [p for label in oracle.k_by_bucket for p in _by_bucket(sweep[oracle.k_by_bucket[label]])[label]]
         ),
         oracle,
     )
-    return oracle, reports
+    return oracle, reports, raw
 
 
 def _with_ratio(report: PolicyReport, oracle: Oracle) -> PolicyReport:

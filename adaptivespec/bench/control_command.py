@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     policies = baseline_policies()
     runs = 8 + len(policies)
     with tqdm(total=runs * workload.total_steps, desc="bench control", unit="step", file=sys.stderr) as bar:
-        oracle, reports = run_control(loop, policies, progress=bar.update)
+        oracle, reports, _ = run_control(loop, policies, progress=bar.update)
     report = {
         "scenario": {
             "backend": "sim",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -34,3 +35,14 @@ def batch_bucket(batch_size: int) -> int:
 
 def context_bucket(context_len: int) -> int:
     return min(bisect.bisect_left(_CONTEXT_HIGHS, context_len), len(CONTEXT_BUCKETS) - 1)
+
+
+def crossover(k_by_bucket: Sequence[tuple[Bucket, int]]) -> int | None:
+    """Smallest batch size from which every larger bucket's K is 0; None if the last K is not 0."""
+    threshold = None
+    for bucket, k in k_by_bucket:
+        if k != 0:
+            threshold = None
+        elif threshold is None:
+            threshold = bucket.lo
+    return threshold

@@ -48,7 +48,7 @@ class DemoRecipe:
     draft: ModelSize = field(default_factory=lambda: ModelSize(192, 2, 3, 1, 512))
     seq_len: int = 128
     batch: int = 24
-    steps: int = 360
+    steps: int = 320
     lr: float = 2e-3
     distill_weight: float = 0.5
     eval_tokens: int = 16_384

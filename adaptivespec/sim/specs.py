@@ -44,11 +44,13 @@ class HardwareSpec:
     mem_bandwidth_gbps: float  # GB/s per GPU
     peak_tflops: float  # dense bf16 TFLOP/s per GPU
     num_gpus: int = 1  # tensor parallel degree
-    step_overhead_us: float = 300.0  # per engine step: scheduling, sampling, host sync
-    forward_overhead_us: float = 60.0  # per forward pass: launch of a captured graph
-    efficiency: float = 0.6  # achieved fraction of peak FLOP/s on large GEMMs
-    bandwidth_efficiency: float = 0.8  # achieved fraction of peak bandwidth when streaming weights
-    allreduce_us: float = 10.0  # per all-reduce when num_gpus > 1 (two per layer)
+    # The next three are fitted to a published vLLM measurement (sim/calibration.py,
+    # docs/simulator.md): `adaptivespec bench calibrate` reproduces them.
+    step_overhead_us: float = 6100.0  # per engine step: scheduling, sampling, streaming
+    forward_overhead_us: float = 540.0  # per forward pass: launches, syncs, draft-runner work
+    efficiency: float = 0.26  # achieved fraction of peak FLOP/s once a pass is compute-bound
+    bandwidth_efficiency: float = 0.8  # achieved fraction of peak bandwidth (assumed)
+    allreduce_us: float = 10.0  # per all-reduce when num_gpus > 1, two per layer (assumed)
 
     def __post_init__(self) -> None:
         _positive(self, "mem_bandwidth_gbps", "peak_tflops", "num_gpus")

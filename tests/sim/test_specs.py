@@ -35,7 +35,7 @@ def test_custom_hardware_and_model_files_load(tmp_path: Path) -> None:
         },
     )
     loaded = specs.hardware(spec_file=hw)
-    assert loaded.name == "mi300x" and loaded.num_gpus == 2 and loaded.step_overhead_us == 300.0
+    assert loaded.name == "mi300x" and loaded.num_gpus == 2 and loaded.step_overhead_us == 6100.0
     assert specs.model(spec_file=model).kv_bytes_per_token == 2 * 4 * 2 * 64 * 2
 
 

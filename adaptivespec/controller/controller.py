@@ -1,0 +1,243 @@
+"""The controller: learns K per (context bucket, batch bucket) from step telemetry, live.
+
+`ingest` is synchronous and cheap (tens of microseconds): it validates a record, updates
+the acceptance and step-cost estimates and the cell's bandit, and publishes a new snapshot
+when the K of a cell changes. `run` drives it from the engine's telemetry bus; the engine
+never waits for it, and if it fails the engine keeps the last snapshot it published.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from adaptivespec.controller.acceptance import AcceptanceEstimator
+from adaptivespec.controller.bandit import ArmPolicy, BanditKind, RiverBandit
+from adaptivespec.controller.cell import Cell, LearningSettings, initial_k
+from adaptivespec.controller.costmodel import DEFAULT_RELATIVE_SLOPE, relative_slope
+from adaptivespec.controller.keys import (
+    BATCH_BUCKETS,
+    CONTEXT_BUCKETS,
+    batch_bucket,
+    context_bucket,
+    crossover,
+)
+from adaptivespec.controller.overrides import Override, effective_k
+from adaptivespec.controller.snapshot import LivePolicy, PolicySnapshot
+from adaptivespec.engine.telemetry import StepTelemetry, Subscription
+
+log = logging.getLogger(__name__)
+CellKey = tuple[int, int]  # (context bucket, batch bucket)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    settings: LearningSettings = field(default_factory=LearningSettings)
+    bandit: BanditKind = "ucb"
+    seed: int = 0
+    history_limit: int = 10_000  # decision changes kept in memory until the store takes them
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionChange:
+    ctx_bucket: int
+    batch_bucket: int
+    old_k: int
+    new_k: int
+    reason: str
+    version: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CellDecision:
+    ctx_bucket: int
+    batch_bucket: int
+    k: int
+    samples: int
+    confidence: float
+
+
+class Controller:
+    def __init__(self, model_key: str, hardware_key: str, config: ControllerConfig | None = None) -> None:
+        self.model_key = model_key
+        self.hardware_key = hardware_key
+        self.config = config or ControllerConfig()
+        self.cells: dict[CellKey, Cell] = {}
+        self.acceptance = AcceptanceEstimator(len(CONTEXT_BUCKETS))
+        self.version = 0  # bumps on every persisted decision change
+        self.frozen = False
+        self.overrides: tuple[Override, ...] = ()
+        self.ingested = 0
+        self.rejected = 0
+        self.history: deque[DecisionChange] = deque(maxlen=self.config.history_limit)
+        self.dirty: set[CellKey] = set()
+        self._serial = 0
+        start = initial_k(self.config.settings.arms, self.acceptance.prior, DEFAULT_RELATIVE_SLOPE)
+        self.live = LivePolicy(PolicySnapshot.uniform(start))
+        self._slopes: dict[CellKey, float] = {}
+
+    # ---- learning --------------------------------------------------------------------
+    def ingest(self, record: StepTelemetry) -> bool:
+        """Learns from one step; returns False (and counts it) if the record is invalid."""
+        if not _valid(record):
+            self.rejected += 1
+            return False
+        self.ingested += 1
+        if self.frozen:
+            return True
+        key = (context_bucket(int(record.mean_context_len)), batch_bucket(record.batch_size))
+        self.acceptance.observe(key[0], record.drafted, record.accepted, record.k, record.batch_size)
+        cell = self._cell(key)
+        if record.k in self.config.settings.arms:
+            cell.observe(record.k, record.emitted / record.batch_size, record.step_seconds)
+            slope = relative_slope(cell.seconds)
+            if slope is not None:
+                self._slopes[key] = slope
+        decided_before = cell.decided
+        cell.next_k(self.acceptance.alpha(key[0]), self._neighbour_slope(key))
+        if cell.decided != decided_before:
+            self._record_change(key, decided_before, cell.decided, "learned")
+        self._publish(key)
+        return True
+
+    def _cell(self, key: CellKey) -> Cell:
+        cell = self.cells.get(key)
+        if cell is None:
+            seed = self.config.seed * 1_000_003 + key[0] * 101 + key[1]
+            cell = Cell(self.config.settings, self._bandit_factory(seed))
+            cell.current = cell.decided = self.live.snapshot.table[key[0]][key[1]]
+            self.cells[key] = cell
+        return cell
+
+    def _bandit_factory(self, seed: int) -> Callable[[], ArmPolicy]:
+        kind, fading = self.config.bandit, self.config.settings.fading
+        return lambda: RiverBandit(kind, seed=seed, fading=fading)
+
+    def _neighbour_slope(self, key: CellKey) -> float:
+        """Relative step-cost slope from this cell or the nearest batch bucket that measured one."""
+        ctx, batch = key
+        for distance in range(len(BATCH_BUCKETS)):
+            for b in (batch - distance, batch + distance):
+                slope = self._slopes.get((ctx, b))
+                if slope is not None:
+                    return slope
+        return DEFAULT_RELATIVE_SLOPE
+
+    # ---- publication -----------------------------------------------------------------
+    def _publish(self, key: CellKey) -> None:
+        ctx, batch = key
+        cell = self.cells.get(key)
+        learned = self._learned_k(key)
+        best_on = max((k for k in self.config.settings.arms if k > 0), default=0)
+        if cell is not None and cell.samples:
+            predicted = cell.predictions(self.acceptance.alpha(ctx), self._neighbour_slope(key))
+            positive = [k for k in predicted if k > 0]
+            best_on = max(positive, key=lambda k: cell.estimate(k, predicted), default=best_on)
+        k = effective_k(self.overrides, ctx, batch, learned, best_on)
+        snapshot = self.live.snapshot
+        if snapshot.table[ctx][batch] != k or snapshot.version != self.version:
+            self._serial += 1
+            self.live.snapshot = snapshot.with_cell(ctx, batch, k, self.version)
+
+    def _learned_k(self, key: CellKey) -> int:
+        cell = self.cells.get(key)
+        if cell is None:
+            return self._nearest_decision(key)
+        return cell.decided if self.frozen else cell.current
+
+    def _nearest_decision(self, key: CellKey) -> int:
+        """An unvisited cell borrows the decision of the nearest visited batch bucket."""
+        ctx, batch = key
+        for distance in range(1, len(BATCH_BUCKETS)):
+            for b in (batch - distance, batch + distance):
+                cell = self.cells.get((ctx, b))
+                if cell is not None and cell.samples:
+                    return cell.decided
+        return self.live.snapshot.table[ctx][batch]
+
+    def republish(self) -> None:
+        """Recomputes every cell's K (after overrides, freeze, reset or a restore)."""
+        for ctx in range(len(CONTEXT_BUCKETS)):
+            for batch in range(len(BATCH_BUCKETS)):
+                self._publish((ctx, batch))
+
+    def _record_change(self, key: CellKey, old: int, new: int, reason: str) -> None:
+        self.version += 1
+        self.dirty.add(key)
+        self.history.append(DecisionChange(key[0], key[1], old, new, reason, self.version, time.time()))
+
+    # ---- what operators see ------------------------------------------------------------
+    def decisions(self) -> list[CellDecision]:
+        out = []
+        for (ctx, batch), cell in sorted(self.cells.items()):
+            if cell.samples == 0 or not cell.candidates:
+                continue
+            predicted = cell.predictions(self.acceptance.alpha(ctx), self._neighbour_slope((ctx, batch)))
+            out.append(CellDecision(ctx, batch, cell.decided, cell.samples, cell.confidence(predicted)))
+        return out
+
+    def thresholds(self) -> dict[int, int | None]:
+        """Per context bucket: smallest batch size from which every larger visited bucket decides K=0."""
+        per_ctx: dict[int, list[tuple[int, int]]] = {}
+        for d in self.decisions():
+            per_ctx.setdefault(d.ctx_bucket, []).append((d.batch_bucket, d.k))
+        return {
+            ctx: crossover([(BATCH_BUCKETS[b], k) for b, k in sorted(rows)]) for ctx, rows in per_ctx.items()
+        }
+
+    # ---- operator controls -------------------------------------------------------------
+    def set_overrides(self, overrides: tuple[Override, ...], reason: str = "override") -> None:
+        self.overrides = overrides
+        self.version += 1
+        self.history.append(
+            DecisionChange(-1, -1, -1, -1, f"{reason}: {len(overrides)} active", self.version, time.time())
+        )
+        self.republish()
+
+    def freeze(self, frozen: bool) -> None:
+        self.frozen = frozen
+        self.version += 1
+        self.history.append(
+            DecisionChange(-1, -1, -1, -1, "frozen" if frozen else "unfrozen", self.version, time.time())
+        )
+        self.republish()
+
+    def reset(self) -> None:
+        """Forgets everything learned for this model and hardware (overrides stay)."""
+        self.cells.clear()
+        self._slopes.clear()
+        self.acceptance = AcceptanceEstimator(len(CONTEXT_BUCKETS))
+        self.version += 1
+        self.history.append(DecisionChange(-1, -1, -1, -1, "reset", self.version, time.time()))
+        start = initial_k(self.config.settings.arms, self.acceptance.prior, DEFAULT_RELATIVE_SLOPE)
+        self.live.snapshot = PolicySnapshot.uniform(start, self.version)
+        self.republish()
+
+    # ---- the asyncio task --------------------------------------------------------------
+    async def run(
+        self, subscription: Subscription, on_error: Callable[[BaseException], None] | None = None
+    ) -> None:
+        """Consumes telemetry until cancelled; a failure stops learning, not serving."""
+        try:
+            while True:
+                self.ingest(await subscription.get())
+        except Exception as exc:  # the engine keeps the last good snapshot
+            log.exception("controller failed; keeping policy version %s", self.live.snapshot.version)
+            if on_error is not None:
+                on_error(exc)
+
+
+def _valid(record: StepTelemetry) -> bool:
+    times = (record.step_seconds, record.draft_seconds, record.verify_seconds)
+    if not all(math.isfinite(t) and t >= 0 for t in times) or record.step_seconds <= 0:
+        return False
+    if record.batch_size < 1 or record.k < 0 or record.emitted < 1:
+        return False
+    if not math.isfinite(record.mean_context_len) or record.mean_context_len < 0:
+        return False
+    return 0 <= record.accepted <= record.drafted

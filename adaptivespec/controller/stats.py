@@ -1,0 +1,31 @@
+"""Exponentially weighted mean and variance with a count: the plain numbers the store keeps."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class EWStat:
+    fading: float = 0.1  # weight of the newest sample
+    mean: float = 0.0
+    var: float = 0.0
+    count: int = 0
+
+    def update(self, x: float) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.mean, self.var = x, 0.0
+            return
+        weight = max(self.fading, 1.0 / self.count)  # plain mean until the window fills
+        delta = x - self.mean
+        self.mean += weight * delta
+        self.var = (1 - weight) * (self.var + weight * delta * delta)
+
+    @property
+    def stderr(self) -> float:
+        if self.count < 2:
+            return math.inf
+        effective = min(self.count, max(1.0, 2.0 / self.fading - 1.0))
+        return math.sqrt(self.var / effective)
