@@ -1,4 +1,7 @@
-"""Command line: `adaptivespec generate | demo`. Errors name the problem and exit with status 2."""
+"""Command line: `adaptivespec generate | demo | bench | thresholds | db`.
+
+Errors name the problem and exit with status 2.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from adaptivespec.engine.engine import Completion, Engine
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.errors import AdaptiveSpecError
+from adaptivespec.store import commands as store_commands
 
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="build (if needed) the embedded demo pair and print its report")
     demo.add_argument("--json", action="store_true")
     bench_commands.register(commands)
+    store_commands.register(commands)
     return parser
 
 
@@ -139,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _demo(args)
         elif args.command == "bench":
             bench_commands.run(args)
+        elif args.command == "thresholds":
+            store_commands.run_thresholds(args)
+        elif args.command == "db":
+            store_commands.run_db(args)
     except (AdaptiveSpecError, ValueError) as exc:
         print(f"adaptivespec: error: {exc}", file=sys.stderr)
         return 2

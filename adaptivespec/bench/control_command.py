@@ -11,14 +11,25 @@ from typing import Any
 
 from tqdm import tqdm
 
-from adaptivespec.bench.control import baseline_policies, run_control
+from adaptivespec.bench import learners
+from adaptivespec.bench import learning_metrics as metrics
+from adaptivespec.bench.control import (
+    ORACLE_ARMS,
+    Learner,
+    PolicyReport,
+    baseline_policies,
+    crossover,
+    run_control,
+)
 from adaptivespec.bench.plot import goodput_by_batch
+from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.keys import BATCH_BUCKETS
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
-from adaptivespec.sim.loop import SimLoop
+from adaptivespec.sim.loop import PhaseResult, SimLoop
 from adaptivespec.sim.workload import Workload, default_load
+from adaptivespec.store.repository import Store
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +47,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     load.add_argument("--workload", type=Path, help="workload JSON file")
     control.add_argument("--steps-per-bucket", type=int, default=2000)
     control.add_argument("--seed", type=int, default=0)
+    control.add_argument(
+        "--db", default=None, help="SQLAlchemy URL: the adaptive policy resumes from and saves to it"
+    )
     control.add_argument("--json", type=Path, required=True)
     control.add_argument("--plot", type=Path, default=None)
 
@@ -64,9 +78,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cost = StepCostModel(hardware, target, draft)
     loop = SimLoop(cost, workload, args.seed, f"{target.name}+{draft.name}:bf16", f"sim:{hardware.name}")
     policies = baseline_policies()
-    runs = 8 + len(policies)
+    store = Store(args.db) if args.db else None
+    warm = store is not None and store.load(loop.model_key, loop.hardware_key) is not None
+    controllers: list[Controller] = []
+
+    def make_adaptive() -> Learner:
+        controller, learner = learners.adaptive(loop.model_key, loop.hardware_key, store)
+        controllers.append(controller)
+        return learner
+
+    runs = len(ORACLE_ARMS) + len(policies) + 2
     with tqdm(total=runs * workload.total_steps, desc="bench control", unit="step", file=sys.stderr) as bar:
-        oracle, reports, _ = run_control(loop, policies, progress=bar.update)
+        oracle, reports, raw = run_control(
+            loop,
+            policies,
+            progress=bar.update,
+            learners={"adaptive": make_adaptive, "plain-ucb": learners.plain_ucb(ORACLE_ARMS)},
+        )
+    if store is not None:
+        learners.flush(controllers[0], store)
+        store.close()
+    policy_reports: dict[str, dict[str, Any]] = {name: r.to_json() for name, r in reports.items()}
+    policy_reports["adaptive"].update(_learning(raw, workload, reports, warm))
     report = {
         "scenario": {
             "backend": "sim",
@@ -78,7 +111,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "buckets": list(oracle.k_by_bucket),
         "oracle": oracle.to_json(),
-        "policies": {name: r.to_json() for name, r in reports.items()},
+        "policies": policy_reports,
+        "sample_efficiency": _sample_efficiency(raw),
     }
     args.json.write_text(json.dumps(report, indent=2))
     _print_table(report)
@@ -90,9 +124,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def _sweep(raw: dict[str, list[PhaseResult]]) -> dict[int, list[PhaseResult]]:
+    return {k: raw[f"k{k}"] for k in ORACLE_ARMS}
+
+
+def _learning(
+    raw: dict[str, list[PhaseResult]], workload: Workload, reports: dict[str, PolicyReport], warm: bool
+) -> dict[str, Any]:
+    sweep = _sweep(raw)
+    oracle = metrics.oracle_trace(sweep, metrics.best_k_by_phase(sweep))
+    extra: dict[str, Any] = {
+        "learned_threshold": crossover(reports["adaptive"].k_by_bucket),
+        "warm_start": warm,
+        "first_1000_steps_ratio_to_oracle": metrics.first_steps_ratio(raw["adaptive"], oracle),
+    }
+    if workload.drift:
+        last = max(d.at_step for d in workload.drift)
+        extra["drift_recovery_steps"] = metrics.drift_recovery_steps(raw["adaptive"], sweep, last)
+    return extra
+
+
+def _sample_efficiency(raw: dict[str, list[PhaseResult]]) -> dict[str, float]:
+    sweep = _sweep(raw)
+    oracle = metrics.oracle_trace(sweep, metrics.best_k_by_phase(sweep))
+    ours = metrics.mean_steps_to_95(raw["adaptive"], oracle)
+    plain = metrics.mean_steps_to_95(raw["plain-ucb"], oracle)
+    return {
+        "adaptive_steps_to_95": ours,
+        "plain_ucb_steps_to_95": plain,
+        "plain_over_adaptive": plain / max(ours, 1.0),
+    }
+
+
 def _print_table(report: dict[str, Any]) -> None:
     oracle = report["oracle"]
     print(f"oracle K by bucket: {oracle['k_by_bucket']}  threshold: {oracle['threshold']}")
+    adaptive = report["policies"]["adaptive"]
+    print(f"adaptive K by bucket: {adaptive['k_by_bucket']}  threshold: {adaptive['learned_threshold']}")
     print(
         f"{'policy':<14} {'goodput tok/s':>14} {'ratio to oracle':>16} {'p50 ITL ms':>11} {'p99 ITL ms':>11}"
     )
@@ -101,6 +169,14 @@ def _print_table(report: dict[str, Any]) -> None:
             f"{name:<14} {r['goodput_tok_s']:>14.0f} {r['ratio_to_oracle']:>16.3f} "
             f"{r['p50_itl_ms']:>11.2f} {r['p99_itl_ms']:>11.2f}"
         )
+    efficiency = report["sample_efficiency"]
+    print(
+        f"steps to 0.95 of the oracle per bucket: adaptive {efficiency['adaptive_steps_to_95']:.0f}, "
+        f"plain river UCB {efficiency['plain_ucb_steps_to_95']:.0f}"
+    )
+    for key in ("drift_recovery_steps", "first_1000_steps_ratio_to_oracle"):
+        if key in adaptive:
+            print(f"{key}: {adaptive[key]}")
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,14 +1,16 @@
-"""Online acceptance: the per-token rate a, estimated from each step's accepted/drafted ratio.
+"""Online acceptance: how many drafts a row keeps per step at each K, per context bucket.
 
-A step at draft length K with per-token rate a accepts sum(a^j, j=1..K) drafts per row on
-average, so the reported ratio r = accepted / drafted gives a by inverting that sum (a few
-Newton steps). Acceptance depends on the workload and the context, not on the batch size,
-so one estimate per context bucket serves every batch bucket.
+Acceptance depends on the workload and the context, not on the batch size, so every batch
+bucket pools into one estimate per (context bucket, K): a decayed ratio of accepted drafts
+over rows, so a step at batch 64 weighs 64 rows and a step at batch 1 weighs one.
+Where a K has few rows behind it (batch 1 gives one per step), the geometric model prices
+it instead: a per-token rate a keeps sum(a^j, j=1..K) drafts per row, with a pooled over
+every measured K (rows-weighted), which is far less noisy than any one K's own average.
 """
 
 from __future__ import annotations
 
-from adaptivespec.controller.stats import EWStat
+from dataclasses import dataclass
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -19,7 +21,7 @@ def expected_tokens(alpha: float, k: int) -> float:
 
 
 def invert_rate(rate: float, k: int) -> float:
-    """Per-token a such that sum(a^j, j=1..K) = rate * K."""
+    """Per-token a such that sum(a^j, j=1..K) = rate * K (a few Newton steps)."""
     if k <= 1 or rate <= 0.0:
         return min(max(rate, 0.0), 0.999)
     target = rate * k
@@ -34,21 +36,51 @@ def invert_rate(rate: float, k: int) -> float:
     return alpha
 
 
+@dataclass(slots=True)
+class DecayedRatio:
+    accepted: float = 0.0
+    rows: float = 0.0
+
+    def update(self, accepted: float, rows: float, decay: float) -> None:
+        self.accepted = decay * self.accepted + accepted
+        self.rows = decay * self.rows + rows
+
+    @property
+    def per_row(self) -> float:
+        return self.accepted / self.rows if self.rows else 0.0
+
+
 class AcceptanceEstimator:
-    def __init__(self, contexts: int, fading: float = 0.05, prior: float = 0.6) -> None:
-        self.prior = prior
-        self._stats = [EWStat(fading) for _ in range(contexts)]
+    def __init__(self, contexts: int, decay: float = 0.99, prior: float = 0.6, min_rows: float = 200) -> None:
+        self.decay = decay
+        self.min_rows = min_rows  # rows before a K's own average replaces the pooled model
+        self._prior = [prior] * contexts
+        self._by_k: list[dict[int, DecayedRatio]] = [{} for _ in range(contexts)]
 
     def observe(self, ctx: int, drafted: int, accepted: int, k: int, rows: int) -> None:
         if k > 0 and drafted > 0:
-            self._stats[ctx].update(invert_rate(accepted / drafted, k))
+            self._by_k[ctx].setdefault(k, DecayedRatio()).update(accepted, rows, self.decay)
+
+    def expected_tokens(self, ctx: int, k: int) -> float:
+        if k == 0:
+            return 1.0
+        measured = self._by_k[ctx].get(k)
+        if measured is not None and measured.rows >= self.min_rows:
+            return 1.0 + measured.per_row
+        return expected_tokens(self.alpha(ctx), k)
 
     def alpha(self, ctx: int) -> float:
-        stat = self._stats[ctx]
-        if stat.count:
-            return stat.mean
-        seen = [s.mean for s in self._stats if s.count]
-        return sum(seen) / len(seen) if seen else self.prior
+        """Per-token rate pooled over every measured K, rows-weighted (the prior until then)."""
+        weight = total = 0.0
+        for k, ratio in self._by_k[ctx].items():
+            if ratio.rows >= 1.0:
+                weight += ratio.rows
+                total += ratio.rows * invert_rate(ratio.per_row / k, k)
+        return total / weight if weight else self._prior[ctx]
 
-    def stat(self, ctx: int) -> EWStat:
-        return self._stats[ctx]
+    def rows(self, ctx: int) -> float:
+        return sum(r.rows for r in self._by_k[ctx].values())
+
+    def seed(self, ctx: int, alpha: float) -> None:
+        """Restores a saved rate as the prior, until fresh measurements outweigh it."""
+        self._prior[ctx] = alpha

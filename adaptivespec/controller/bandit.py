@@ -33,7 +33,7 @@ class RiverBandit:
     """
 
     def __init__(
-        self, kind: BanditKind = "ucb", seed: int = 0, fading: float = 0.1, delta: float = 0.05
+        self, kind: BanditKind = "ucb", seed: int = 0, fading: float = 0.1, delta: float = 0.03
     ) -> None:
         reward = river_stats.EWMean(fading_factor=fading)
         # Thompson sampling and Exp3 in river expect rewards in [0, 1] (Beta / bounded);

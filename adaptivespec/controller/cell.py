@@ -1,85 +1,103 @@
 """One decision cell (context bucket x batch bucket): what was measured, and which K to use.
 
-The bandit (river, behind `ArmPolicy`) chooses which K to try; the structure decides which
-Ks are worth trying. Expected tokens E(a, K) from the live acceptance estimate, divided by
-the learned step cost, predicts every arm's goodput: arms predicted far below the best are
-never pulled, and the bandit starts from the predictions instead of from nothing.
+The bandit (river, behind `ArmPolicy`) chooses which K to try; the structure makes each try
+cheap and informative:
+- A step's tokens are dominated by acceptance noise (at batch 1, one row emits 1..K+1), so
+  the bandit is fed the *expected* goodput of the step instead: tokens per row at that K,
+  pooled over every batch size, over the step's measured seconds, times a slowly learned
+  per-cell correction (observed / expected) for where the pooling is off.
+- Measured arms seed each fresh bandit with their expected goodput (warm start). An
+  unmeasured arm is priced with an optimistic step-cost bound: if even that is far below the
+  best measured arm it is never tried (bounded exploration); otherwise the bandit tries it.
+  Decisions are made among measured arms only, with hysteresis.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from math import erf, sqrt
 
 from adaptivespec.controller.acceptance import expected_tokens
 from adaptivespec.controller.bandit import ArmPolicy
-from adaptivespec.controller.costmodel import predict_seconds, relative_slope
+from adaptivespec.controller.costmodel import measured_seconds, optimistic_seconds
 from adaptivespec.controller.stats import EWStat
+
+Acceptance = Callable[[int], float]  # K -> expected tokens per row per step
 
 
 @dataclass(frozen=True, slots=True)
 class LearningSettings:
     arms: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6, 8)
-    prune_margin: float = 0.25  # never try an arm predicted this far below the best
+    prune_margin: float = 0.15  # never try an arm whose optimistic bound is this far below the best
     hysteresis: float = 0.02  # a new decision must beat the current one by this much
-    min_samples: int = 3  # measurements before an arm's own mean outranks its prediction
     prior_weight: int = 2  # pseudo-observations seeding the bandit from predictions
     dwell: int = 4  # steps an explored K is held, so K does not flap step to step
-    reseed_on_alpha_change: float = 0.05
-    fading: float = 0.1
+    fading: float = 0.1  # step-time and reward memory
+    correction_fading: float = 0.02  # observed/expected memory: slow, it corrects model error
+    correction_prior: float = 100.0  # pseudo-count pulling the correction towards 1
 
 
 @dataclass(slots=True)
 class Cell:
     settings: LearningSettings
     make_bandit: Callable[[], ArmPolicy]
-    rewards: dict[int, EWStat] = field(default_factory=dict)  # tokens/row/s over `scale`
+    rewards: dict[int, EWStat] = field(default_factory=dict)  # observed tokens/row/s over `scale`
     seconds: dict[int, EWStat] = field(default_factory=dict)  # step seconds
+    corrections: dict[int, EWStat] = field(default_factory=dict)  # observed / expected goodput
     scale: float = 0.0  # tokens/row/s of the first measurement: makes rewards ~1
     decided: int = -1
     current: int = -1
     samples: int = 0
-    seeded_alpha: float = -1.0
     candidates: tuple[int, ...] = ()
     _bandit: ArmPolicy | None = None
     _dwell_left: int = 0
 
-    def observe(self, k: int, tokens_per_row: float, step_seconds: float) -> None:
-        goodput = tokens_per_row / step_seconds
+    def observe(self, k: int, tokens_per_row: float, step_seconds: float, acceptance: Acceptance) -> None:
         if self.scale <= 0.0:
-            self.scale = goodput
-        reward = goodput / self.scale
-        self.rewards.setdefault(k, EWStat(self.settings.fading)).update(reward)
+            self.scale = tokens_per_row / step_seconds
+        observed = tokens_per_row / step_seconds / self.scale
+        expected = acceptance(k) / step_seconds / self.scale
+        self.rewards.setdefault(k, EWStat(self.settings.fading)).update(observed)
         self.seconds.setdefault(k, EWStat(self.settings.fading)).update(step_seconds)
+        self.corrections.setdefault(k, EWStat(self.settings.correction_fading)).update(observed / expected)
         self.samples += 1
         if self._bandit is not None and k in self.candidates:
-            self._bandit.update(k, reward)
+            self._bandit.update(k, expected * self.correction(k))
 
-    def predictions(self, alpha: float, slope: float) -> dict[int, float]:
-        """Predicted reward of every arm (same units as observed rewards)."""
-        own = relative_slope(self.seconds)
-        slope = own if own is not None else slope
+    def correction(self, k: int) -> float:
+        stat = self.corrections.get(k)
+        if stat is None or not stat.count:
+            return 1.0
+        prior = self.settings.correction_prior
+        return (stat.count * stat.mean + prior) / (stat.count + prior)
+
+    def predictions(self, acceptance: Acceptance) -> dict[int, float]:
+        """Expected reward of each measured arm (same units as observed rewards)."""
         predicted = {}
         for k in self.settings.arms:
-            seconds = predict_seconds(self.seconds, k, slope)
+            seconds = measured_seconds(self.seconds, k)
             if seconds is not None:
-                predicted[k] = expected_tokens(alpha, k) / seconds / self.scale
+                predicted[k] = acceptance(k) / seconds / self.scale * self.correction(k)
         return predicted
 
-    def estimate(self, k: int, predicted: dict[int, float]) -> float:
-        stat = self.rewards.get(k)
-        if stat is not None and stat.count >= self.settings.min_samples:
-            return stat.mean
-        return predicted.get(k, 0.0)
+    def optimistic(self, acceptance: Acceptance) -> dict[int, float]:
+        """An upper bound on the reward of every arm, measured or not."""
+        bounds = {}
+        for k in self.settings.arms:
+            seconds = optimistic_seconds(self.seconds, k)
+            if seconds is not None:
+                bounds[k] = acceptance(k) / seconds / self.scale * self.correction(k)
+        return bounds
 
-    def next_k(self, alpha: float, slope: float) -> int:
+    def next_k(self, acceptance: Acceptance) -> int:
         """Chooses the K for this cell's next step, and updates the decision with hysteresis."""
         if not self.samples:
             return self.current
-        predicted = self.predictions(alpha, slope)
+        predicted = self.predictions(acceptance)
         bandit = self._bandit
-        if bandit is None or abs(alpha - self.seeded_alpha) > self.settings.reseed_on_alpha_change:
-            bandit = self._reseed(alpha, predicted)
+        if bandit is None or self._dwell_left == 0:
+            bandit = self._refresh(predicted, self.optimistic(acceptance))
         self._decide(predicted)
         if self._dwell_left > 0 and self.current in self.candidates:
             self._dwell_left -= 1
@@ -88,48 +106,43 @@ class Cell:
         self._dwell_left = self.settings.dwell - 1
         return self.current
 
-    def _reseed(self, alpha: float, predicted: dict[int, float]) -> ArmPolicy:
-        """A fresh bandit, started from the predictions (measured step times, live acceptance)."""
-        estimates = {k: self.estimate(k, predicted) for k in predicted}
-        best = max(estimates.values())
-        self.candidates = tuple(
-            k for k, v in estimates.items() if v >= (1 - self.settings.prune_margin) * best
-        )
+    def _refresh(self, predicted: dict[int, float], bounds: dict[int, float]) -> ArmPolicy:
+        """Re-prunes the candidates; a changed set gets a fresh bandit, warm-started from measurements."""
+        floor = (1 - self.settings.prune_margin) * max(predicted.values())
+        candidates = tuple(k for k, bound in bounds.items() if k == self.decided or bound >= floor)
+        if self._bandit is not None and candidates == self.candidates:
+            return self._bandit
+        self.candidates = candidates
         bandit = self.make_bandit()
-        for k in self.candidates:
-            for _ in range(self.settings.prior_weight):
-                bandit.update(k, estimates[k])
+        for k in candidates:
+            for _ in range(self.settings.prior_weight if k in predicted else 0):
+                bandit.update(k, predicted[k])
         self._bandit = bandit
-        self.seeded_alpha = alpha
         return bandit
 
     def _decide(self, predicted: dict[int, float]) -> None:
-        best = max(self.candidates, key=lambda k: self.estimate(k, predicted))
-        if self.decided not in self.candidates:
+        best = max(predicted, key=predicted.__getitem__)
+        if self.decided not in predicted:
             self.decided = best
             return
-        margin = 1 + self.settings.hysteresis
-        if self.estimate(best, predicted) > margin * self.estimate(self.decided, predicted):
+        if predicted.get(best, 0.0) > (1 + self.settings.hysteresis) * predicted.get(self.decided, 0.0):
             self.decided = best
 
     def confidence(self, predicted: dict[int, float]) -> float:
-        """Probability-like margin of the decided arm over the runner-up (normal approximation)."""
-        from math import erf, sqrt
-
-        others = [k for k in self.candidates if k != self.decided]
-        decided = self.rewards.get(self.decided)
-        if not others or decided is None or decided.count < 2:
-            return 1.0 if not others and decided is not None else 0.0
-        runner_up = max(others, key=lambda k: self.estimate(k, predicted))
-        second = self.rewards.get(runner_up)
-        gap = self.estimate(self.decided, predicted) - self.estimate(runner_up, predicted)
-        spread = sqrt(
-            decided.stderr**2 + (second.stderr**2 if second is not None and second.count >= 2 else 0.01)
-        )
+        """How sure the decision is: P(decided beats the runner-up), normal approximation."""
+        others = [k for k in predicted if k != self.decided]
+        decided = self.seconds.get(self.decided)
+        if decided is None or not decided.count:
+            return 0.0
+        if not others:
+            return 1.0
+        runner_up = max(others, key=lambda k: predicted.get(k, 0.0))
+        gap = predicted.get(self.decided, 0.0) - predicted.get(runner_up, 0.0)
+        measured = self.seconds.get(runner_up)
+        relative = [1 / sqrt(s.count) for s in (decided, measured) if s is not None and s.count]
+        unmeasured = 0 if measured else 1
+        spread = 0.05 * predicted.get(self.decided, 1.0) * sqrt(sum(r * r for r in relative) + unmeasured)
         return 0.5 * (1 + erf(gap / (spread * sqrt(2)))) if spread > 0 else 1.0
-
-    def reset_exploration(self) -> None:
-        self._bandit = None
 
 
 def initial_k(arms: Sequence[int], alpha: float, slope: float) -> int:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from adaptivespec.controller.acceptance import AcceptanceEstimator
 from adaptivespec.controller.bandit import ArmPolicy, BanditKind, RiverBandit
 from adaptivespec.controller.cell import Cell, LearningSettings, initial_k
-from adaptivespec.controller.costmodel import DEFAULT_RELATIVE_SLOPE, relative_slope
 from adaptivespec.controller.keys import (
     BATCH_BUCKETS,
     CONTEXT_BUCKETS,
@@ -28,10 +27,13 @@ from adaptivespec.controller.keys import (
 )
 from adaptivespec.controller.overrides import Override, effective_k
 from adaptivespec.controller.snapshot import LivePolicy, PolicySnapshot
+from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
+from adaptivespec.controller.stats import EWStat
 from adaptivespec.engine.telemetry import StepTelemetry, Subscription
 
 log = logging.getLogger(__name__)
 CellKey = tuple[int, int]  # (context bucket, batch bucket)
+INITIAL_SLOPE = 0.15  # relative cost of one more draft token, before anything is measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +79,8 @@ class Controller:
         self.history: deque[DecisionChange] = deque(maxlen=self.config.history_limit)
         self.dirty: set[CellKey] = set()
         self._serial = 0
-        start = initial_k(self.config.settings.arms, self.acceptance.prior, DEFAULT_RELATIVE_SLOPE)
+        start = initial_k(self.config.settings.arms, self.acceptance.alpha(0), INITIAL_SLOPE)
         self.live = LivePolicy(PolicySnapshot.uniform(start))
-        self._slopes: dict[CellKey, float] = {}
 
     # ---- learning --------------------------------------------------------------------
     def ingest(self, record: StepTelemetry) -> bool:
@@ -93,17 +94,19 @@ class Controller:
         key = (context_bucket(int(record.mean_context_len)), batch_bucket(record.batch_size))
         self.acceptance.observe(key[0], record.drafted, record.accepted, record.k, record.batch_size)
         cell = self._cell(key)
+        acceptance = self._acceptance(key[0])
         if record.k in self.config.settings.arms:
-            cell.observe(record.k, record.emitted / record.batch_size, record.step_seconds)
-            slope = relative_slope(cell.seconds)
-            if slope is not None:
-                self._slopes[key] = slope
+            cell.observe(record.k, record.emitted / record.batch_size, record.step_seconds, acceptance)
         decided_before = cell.decided
-        cell.next_k(self.acceptance.alpha(key[0]), self._neighbour_slope(key))
+        cell.next_k(acceptance)
         if cell.decided != decided_before:
             self._record_change(key, decided_before, cell.decided, "learned")
         self._publish(key)
         return True
+
+    def _acceptance(self, ctx: int) -> Callable[[int], float]:
+        estimator = self.acceptance
+        return lambda k: estimator.expected_tokens(ctx, k)
 
     def _cell(self, key: CellKey) -> Cell:
         cell = self.cells.get(key)
@@ -118,16 +121,6 @@ class Controller:
         kind, fading = self.config.bandit, self.config.settings.fading
         return lambda: RiverBandit(kind, seed=seed, fading=fading)
 
-    def _neighbour_slope(self, key: CellKey) -> float:
-        """Relative step-cost slope from this cell or the nearest batch bucket that measured one."""
-        ctx, batch = key
-        for distance in range(len(BATCH_BUCKETS)):
-            for b in (batch - distance, batch + distance):
-                slope = self._slopes.get((ctx, b))
-                if slope is not None:
-                    return slope
-        return DEFAULT_RELATIVE_SLOPE
-
     # ---- publication -----------------------------------------------------------------
     def _publish(self, key: CellKey) -> None:
         ctx, batch = key
@@ -135,9 +128,9 @@ class Controller:
         learned = self._learned_k(key)
         best_on = max((k for k in self.config.settings.arms if k > 0), default=0)
         if cell is not None and cell.samples:
-            predicted = cell.predictions(self.acceptance.alpha(ctx), self._neighbour_slope(key))
+            predicted = cell.predictions(self._acceptance(ctx))
             positive = [k for k in predicted if k > 0]
-            best_on = max(positive, key=lambda k: cell.estimate(k, predicted), default=best_on)
+            best_on = max(positive, key=lambda k: predicted[k], default=best_on)
         k = effective_k(self.overrides, ctx, batch, learned, best_on)
         snapshot = self.live.snapshot
         if snapshot.table[ctx][batch] != k or snapshot.version != self.version:
@@ -177,7 +170,7 @@ class Controller:
         for (ctx, batch), cell in sorted(self.cells.items()):
             if cell.samples == 0 or not cell.candidates:
                 continue
-            predicted = cell.predictions(self.acceptance.alpha(ctx), self._neighbour_slope((ctx, batch)))
+            predicted = cell.predictions(self._acceptance(ctx))
             out.append(CellDecision(ctx, batch, cell.decided, cell.samples, cell.confidence(predicted)))
         return out
 
@@ -210,12 +203,52 @@ class Controller:
     def reset(self) -> None:
         """Forgets everything learned for this model and hardware (overrides stay)."""
         self.cells.clear()
-        self._slopes.clear()
         self.acceptance = AcceptanceEstimator(len(CONTEXT_BUCKETS))
         self.version += 1
         self.history.append(DecisionChange(-1, -1, -1, -1, "reset", self.version, time.time()))
-        start = initial_k(self.config.settings.arms, self.acceptance.prior, DEFAULT_RELATIVE_SLOPE)
+        start = initial_k(self.config.settings.arms, self.acceptance.alpha(0), INITIAL_SLOPE)
         self.live.snapshot = PolicySnapshot.uniform(start, self.version)
+        self.republish()
+
+    # ---- persistence (plain records; the store does the I/O) ---------------------------
+    def export_state(self, dirty_only: bool = False) -> ControllerState:
+        keys = sorted(self.dirty if dirty_only else set(self.cells))
+        confidence = {(d.ctx_bucket, d.batch_bucket): d.confidence for d in self.decisions()}
+        cells = tuple(self._cell_state(key, confidence.get(key, 0.0)) for key in keys if key in self.cells)
+        acceptance = tuple(
+            AcceptanceState(ctx, self.acceptance.alpha(ctx), 0.0, int(self.acceptance.rows(ctx)))
+            for ctx in range(len(CONTEXT_BUCKETS))
+            if self.acceptance.rows(ctx) > 0
+        )
+        return ControllerState(
+            self.model_key, self.hardware_key, self.version, self.frozen, cells, acceptance, self.overrides
+        )
+
+    def _cell_state(self, key: CellKey, confidence: float) -> CellState:
+        cell = self.cells[key]
+        arms = []
+        for k, seconds in sorted(cell.seconds.items()):
+            reward = cell.rewards.get(k) or EWStat()
+            arms.append(
+                ArmState(k, reward.mean, reward.var, reward.count, seconds.mean, seconds.var, seconds.count)
+            )
+        return CellState(key[0], key[1], cell.decided, cell.samples, confidence, cell.scale, tuple(arms))
+
+    def restore(self, state: ControllerState) -> None:
+        """Loads learned state and publishes it before the first step: a warm restart does not re-explore."""
+        fading = self.config.settings.fading
+        for saved in state.cells:
+            key = (saved.ctx_bucket, saved.batch_bucket)
+            cell = self._cell(key)
+            cell.decided = cell.current = saved.decided
+            cell.samples, cell.scale = saved.samples, saved.reward_scale
+            for arm in saved.arms:
+                cell.rewards[arm.k] = EWStat(fading, arm.reward_mean, arm.reward_var, arm.reward_count)
+                cell.seconds[arm.k] = EWStat(fading, arm.seconds_mean, arm.seconds_var, arm.seconds_count)
+        for acc in state.acceptance:
+            self.acceptance.seed(acc.ctx_bucket, acc.mean)
+        self.version, self.frozen, self.overrides = state.version, state.frozen, state.overrides
+        self.dirty.clear()
         self.republish()
 
     # ---- the asyncio task --------------------------------------------------------------

@@ -1,0 +1,48 @@
+"""The controller's learned state as plain typed records: what the store writes and reads back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adaptivespec.controller.overrides import Override
+
+
+@dataclass(frozen=True, slots=True)
+class ArmState:
+    k: int
+    reward_mean: float
+    reward_var: float
+    reward_count: int
+    seconds_mean: float
+    seconds_var: float
+    seconds_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class CellState:
+    ctx_bucket: int
+    batch_bucket: int
+    decided: int
+    samples: int
+    confidence: float
+    reward_scale: float
+    arms: tuple[ArmState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceState:
+    ctx_bucket: int
+    mean: float
+    var: float
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerState:
+    model_key: str
+    hardware_key: str
+    version: int
+    frozen: bool
+    cells: tuple[CellState, ...]
+    acceptance: tuple[AcceptanceState, ...]
+    overrides: tuple[Override, ...]

@@ -1,0 +1,105 @@
+"""Database engines and migrations. SQLite by default; any SQLAlchemy URL works (PostgreSQL for fleets).
+
+SQLite runs in WAL mode with a busy timeout, so readers (the thresholds command, the admin
+API) never block the writer. synchronous=NORMAL is deliberate: in WAL mode it survives an
+application crash with every committed transaction intact; only a power loss can drop the
+last commits, and those are learning statistics that re-accumulate within seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from adaptivespec.errors import AdaptiveSpecError
+
+
+class StoreError(AdaptiveSpecError):
+    """The database cannot be used as it is (wrong schema, unreachable)."""
+
+
+def state_dir() -> Path:
+    explicit = os.environ.get("ADAPTIVESPEC_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "adaptivespec"
+
+
+def default_url() -> str:
+    return f"sqlite:///{state_dir() / 'adaptivespec.db'}"
+
+
+def make_engine(url: str | None = None) -> Engine:
+    url = url or default_url()
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, future=True)
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def migrations_dir() -> Path:
+    explicit = os.environ.get("ADAPTIVESPEC_MIGRATIONS")
+    candidate = Path(explicit) if explicit else Path(__file__).resolve().parents[2] / "migrations"
+    if not (candidate / "env.py").is_file():
+        raise StoreError(
+            f"Alembic migrations not found at {candidate}; install adaptivespec from its source tree "
+            "(pip install -e .) or point ADAPTIVESPEC_MIGRATIONS at its migrations/ folder"
+        )
+    return candidate
+
+
+def _alembic_config(engine: Engine) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    return config
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> str | None:
+    """Runs the migrations up to `revision`; refuses a database written by a newer adaptivespec."""
+    config = _alembic_config(engine)
+    scripts = ScriptDirectory.from_config(config)
+    current = current_revision(engine)
+    if current is not None and not _known(scripts, current):
+        raise StoreError(
+            f"the database at {engine.url.render_as_string()} has schema revision {current!r}, which this "
+            f"adaptivespec does not know (it knows up to {scripts.get_current_head()!r}); "
+            "upgrade adaptivespec, or point --db at another database"
+        )
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+    return current_revision(engine)
+
+
+def _known(scripts: ScriptDirectory, revision: str) -> bool:
+    try:
+        return scripts.get_revision(revision) is not None
+    except Exception:
+        return False

@@ -1,0 +1,101 @@
+"""Typed tables. Learning state is plain columns (never pickle), so any SQL client can read it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import DateTime, Float, Integer, MetaData, String, UniqueConstraint, func
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class _Keyed:
+    model_key: Mapped[str] = mapped_column(String(256), index=True)
+    hardware_key: Mapped[str] = mapped_column(String(256), index=True)
+
+
+class PolicyState(_Keyed, Base):
+    __tablename__ = "policy_state"
+    __table_args__ = (UniqueConstraint("model_key", "hardware_key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, server_default="0")
+    frozen: Mapped[int] = mapped_column(Integer, server_default="0")
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Decision(_Keyed, Base):
+    """The current decision of one (context bucket, batch bucket) cell."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "batch_bucket"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ctx_bucket: Mapped[int] = mapped_column(Integer)
+    batch_bucket: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    samples: Mapped[int] = mapped_column(Integer, server_default="0")
+    confidence: Mapped[float] = mapped_column(Float, server_default="0")
+    reward_scale: Mapped[float] = mapped_column(Float, server_default="0")
+    policy_version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ArmStat(_Keyed, Base):
+    """What one K measured in one cell: normalised goodput and step seconds (EW mean, variance)."""
+
+    __tablename__ = "arm_stats"
+    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "batch_bucket", "k"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ctx_bucket: Mapped[int] = mapped_column(Integer)
+    batch_bucket: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    reward_mean: Mapped[float] = mapped_column(Float)
+    reward_var: Mapped[float] = mapped_column(Float)
+    reward_count: Mapped[int] = mapped_column(Integer)
+    seconds_mean: Mapped[float] = mapped_column(Float)
+    seconds_var: Mapped[float] = mapped_column(Float)
+    seconds_count: Mapped[int] = mapped_column(Integer)
+
+
+class AcceptanceStat(_Keyed, Base):
+    __tablename__ = "acceptance_stats"
+    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ctx_bucket: Mapped[int] = mapped_column(Integer)
+    mean: Mapped[float] = mapped_column(Float)
+    var: Mapped[float] = mapped_column(Float)
+    count: Mapped[int] = mapped_column(Integer)
+
+
+class DecisionHistory(_Keyed, Base):
+    """Audit trail: what changed, when, from what to what, and why."""
+
+    __tablename__ = "decision_history"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ctx_bucket: Mapped[int] = mapped_column(Integer)  # -1 for changes that are not one cell's
+    batch_bucket: Mapped[int] = mapped_column(Integer)
+    old_k: Mapped[int] = mapped_column(Integer)
+    new_k: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(String(512))
+    policy_version: Mapped[int] = mapped_column(Integer, index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class OverrideRow(_Keyed, Base):
+    __tablename__ = "overrides"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    k: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ctx_bucket: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    batch_bucket: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

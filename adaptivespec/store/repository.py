@@ -1,0 +1,258 @@
+"""Reads and writes controller state; each save is one transaction, so a crash keeps every commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+from sqlalchemy import Engine, delete, func, select
+from sqlalchemy.orm import Session
+
+from adaptivespec.controller.controller import DecisionChange
+from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS, crossover
+from adaptivespec.controller.overrides import Override
+from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
+from adaptivespec.store.db import make_engine, upgrade
+from adaptivespec.store.models import (
+    AcceptanceStat,
+    ArmStat,
+    Decision,
+    DecisionHistory,
+    OverrideRow,
+    PolicyState,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdRow:
+    model_key: str
+    hardware_key: str
+    ctx_bucket: str
+    threshold: int | None
+    k_by_bucket: dict[str, int]
+    samples: int
+    confidence: float  # the lowest confidence among the context bucket's cells
+    policy_version: int
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    model_key: str
+    hardware_key: str
+    ctx_bucket: int
+    batch_bucket: int
+    old_k: int
+    new_k: int
+    reason: str
+    policy_version: int
+    created_at: str
+
+
+class Store:
+    def __init__(self, url: str | None = None, engine: Engine | None = None, migrate: bool = True) -> None:
+        self.engine = engine or make_engine(url)
+        if migrate:
+            upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def load(self, model_key: str, hardware_key: str) -> ControllerState | None:
+        with Session(self.engine) as session:
+            policy = session.scalar(_keyed(select(PolicyState), PolicyState, model_key, hardware_key))
+            if policy is None:
+                return None
+            return ControllerState(
+                model_key,
+                hardware_key,
+                policy.version,
+                bool(policy.frozen),
+                self._cells(session, model_key, hardware_key),
+                tuple(
+                    AcceptanceState(r.ctx_bucket, r.mean, r.var, r.count)
+                    for r in session.scalars(
+                        _keyed(select(AcceptanceStat), AcceptanceStat, model_key, hardware_key)
+                    )
+                ),
+                tuple(
+                    Override(r.kind, r.k, r.ctx_bucket, r.batch_bucket)
+                    for r in session.scalars(
+                        _keyed(select(OverrideRow), OverrideRow, model_key, hardware_key).order_by(
+                            OverrideRow.id
+                        )
+                    )
+                ),
+            )
+
+    @staticmethod
+    def _cells(session: Session, model_key: str, hardware_key: str) -> tuple[CellState, ...]:
+        arms: dict[tuple[int, int], list[ArmState]] = {}
+        for r in session.scalars(
+            _keyed(select(ArmStat), ArmStat, model_key, hardware_key).order_by(ArmStat.k)
+        ):
+            arms.setdefault((r.ctx_bucket, r.batch_bucket), []).append(
+                ArmState(
+                    r.k,
+                    r.reward_mean,
+                    r.reward_var,
+                    r.reward_count,
+                    r.seconds_mean,
+                    r.seconds_var,
+                    r.seconds_count,
+                )
+            )
+        return tuple(
+            CellState(
+                d.ctx_bucket,
+                d.batch_bucket,
+                d.k,
+                d.samples,
+                d.confidence,
+                d.reward_scale,
+                tuple(arms.get((d.ctx_bucket, d.batch_bucket), [])),
+            )
+            for d in session.scalars(_keyed(select(Decision), Decision, model_key, hardware_key))
+        )
+
+    def save(self, state: ControllerState, history: Sequence[DecisionChange] = ()) -> None:
+        """Writes the given cells (usually the dirty ones), acceptance, overrides and history, atomically."""
+        keys = (state.model_key, state.hardware_key)
+        now = datetime.now(timezone.utc)
+        with Session(self.engine) as session, session.begin():
+            self._save_policy(session, state, now)
+            for cell in state.cells:
+                self._save_cell(session, keys, cell, state.version, now)
+            session.execute(_keyed(delete(AcceptanceStat), AcceptanceStat, *keys))
+            session.add_all(
+                AcceptanceStat(model_key=keys[0], hardware_key=keys[1], **_fields(a))
+                for a in state.acceptance
+            )
+            session.execute(_keyed(delete(OverrideRow), OverrideRow, *keys))
+            session.add_all(
+                OverrideRow(
+                    model_key=keys[0],
+                    hardware_key=keys[1],
+                    kind=o.kind,
+                    k=o.k,
+                    ctx_bucket=o.ctx_bucket,
+                    batch_bucket=o.batch_bucket,
+                )
+                for o in state.overrides
+            )
+            session.add_all(
+                DecisionHistory(
+                    model_key=keys[0],
+                    hardware_key=keys[1],
+                    ctx_bucket=h.ctx_bucket,
+                    batch_bucket=h.batch_bucket,
+                    old_k=h.old_k,
+                    new_k=h.new_k,
+                    reason=h.reason,
+                    policy_version=h.version,
+                    created_at=datetime.fromtimestamp(h.at, timezone.utc),
+                )
+                for h in history
+            )
+
+    @staticmethod
+    def _save_policy(session: Session, state: ControllerState, now: datetime) -> None:
+        policy = session.scalar(_keyed(select(PolicyState), PolicyState, state.model_key, state.hardware_key))
+        if policy is None:
+            policy = PolicyState(model_key=state.model_key, hardware_key=state.hardware_key)
+            session.add(policy)
+        policy.version, policy.frozen, policy.updated_at = state.version, int(state.frozen), now
+
+    @staticmethod
+    def _save_cell(
+        session: Session, keys: tuple[str, str], cell: CellState, version: int, now: datetime
+    ) -> None:
+        where = (Decision.ctx_bucket == cell.ctx_bucket, Decision.batch_bucket == cell.batch_bucket)
+        session.execute(_keyed(delete(Decision), Decision, *keys).where(*where))
+        session.execute(
+            _keyed(delete(ArmStat), ArmStat, *keys).where(
+                ArmStat.ctx_bucket == cell.ctx_bucket, ArmStat.batch_bucket == cell.batch_bucket
+            )
+        )
+        session.add(
+            Decision(
+                model_key=keys[0],
+                hardware_key=keys[1],
+                ctx_bucket=cell.ctx_bucket,
+                batch_bucket=cell.batch_bucket,
+                k=cell.decided,
+                samples=cell.samples,
+                confidence=cell.confidence,
+                reward_scale=cell.reward_scale,
+                policy_version=version,
+                updated_at=now,
+            )
+        )
+        session.add_all(
+            ArmStat(
+                model_key=keys[0],
+                hardware_key=keys[1],
+                ctx_bucket=cell.ctx_bucket,
+                batch_bucket=cell.batch_bucket,
+                **_fields(a),
+            )
+            for a in cell.arms
+        )
+
+    def thresholds(self) -> list[ThresholdRow]:
+        with Session(self.engine) as session:
+            versions = {
+                (p.model_key, p.hardware_key): p.version for p in session.scalars(select(PolicyState))
+            }
+            rows = session.scalars(
+                select(Decision).order_by(
+                    Decision.model_key, Decision.hardware_key, Decision.ctx_bucket, Decision.batch_bucket
+                )
+            ).all()
+        grouped: dict[tuple[str, str, int], list[Decision]] = {}
+        for row in rows:
+            grouped.setdefault((row.model_key, row.hardware_key, row.ctx_bucket), []).append(row)
+        return [
+            ThresholdRow(
+                model_key=model,
+                hardware_key=hardware,
+                ctx_bucket=CONTEXT_BUCKETS[ctx].label,
+                threshold=crossover([(BATCH_BUCKETS[d.batch_bucket], d.k) for d in cells]),
+                k_by_bucket={BATCH_BUCKETS[d.batch_bucket].label: d.k for d in cells},
+                samples=sum(d.samples for d in cells),
+                confidence=min(d.confidence for d in cells),
+                policy_version=versions.get((model, hardware), 0),
+                updated_at=max(d.updated_at for d in cells).isoformat(),
+            )
+            for (model, hardware, ctx), cells in grouped.items()
+        ]
+
+    def history(self, limit: int = 100, offset: int = 0) -> tuple[list[HistoryRow], int]:
+        with Session(self.engine) as session:
+            total = session.scalar(select(func.count()).select_from(DecisionHistory)) or 0
+            rows = session.scalars(
+                select(DecisionHistory).order_by(DecisionHistory.id.desc()).limit(limit).offset(offset)
+            ).all()
+        return [
+            HistoryRow(
+                r.model_key,
+                r.hardware_key,
+                r.ctx_bucket,
+                r.batch_bucket,
+                r.old_k,
+                r.new_k,
+                r.reason,
+                r.policy_version,
+                r.created_at.isoformat(),
+            )
+            for r in rows
+        ], total
+
+
+def _keyed(statement, table, model_key: str, hardware_key: str):  # type: ignore[no-untyped-def]
+    return statement.where(table.model_key == model_key, table.hardware_key == hardware_key)
+
+
+def _fields(record: AcceptanceState | ArmState) -> dict[str, object]:
+    return asdict(record)
