@@ -25,18 +25,19 @@ def test_bench_control_report_shape(tmp_path: Path, capsys: pytest.CaptureFixtur
     oracle = report["oracle"]
     assert set(oracle["k_by_bucket"]) == set(report["buckets"])
     assert oracle["threshold"] is None or isinstance(oracle["threshold"], int)
-    expected = {"off", "always-k2", "always-k4", "threshold-16", "threshold-32", "oracle"}
-    assert set(report["policies"]) == expected
+    static = {"off", "always-k2", "always-k4", "threshold-16", "threshold-32"}
+    assert set(report["policies"]) == static | {"oracle", "adaptive", "plain-ucb"}
+    fields = {"goodput_tok_s", "ratio_to_oracle", "k_by_bucket", "p50_itl_ms", "p99_itl_ms"}
     for name, policy in report["policies"].items():
-        assert {
-            "goodput_tok_s",
-            "ratio_to_oracle",
-            "k_by_bucket",
-            "p50_itl_ms",
-            "p99_itl_ms",
-        } <= policy.keys()
-        assert 0 < policy["ratio_to_oracle"] <= 1.0 + 1e-9, name
+        assert fields <= policy.keys()
         assert policy["p50_itl_ms"] <= policy["p99_itl_ms"]
+        if name in static:
+            assert 0 < policy["ratio_to_oracle"] <= 1.0 + 1e-9, name
+    adaptive = report["policies"]["adaptive"]
+    assert {"learned_threshold", "warm_start", "first_1000_steps_ratio_to_oracle"} <= adaptive.keys()
+    assert {"adaptive_steps_to_95", "plain_ucb_steps_to_95", "plain_over_adaptive"} <= report[
+        "sample_efficiency"
+    ].keys()
     assert report["policies"]["oracle"]["ratio_to_oracle"] == pytest.approx(1.0)
     assert report["policies"]["off"]["k_by_bucket"] == dict.fromkeys(report["buckets"], 0)
     threshold16 = report["policies"]["threshold-16"]["k_by_bucket"]
@@ -56,3 +57,15 @@ def test_bench_control_bad_preset_lists_presets(tmp_path: Path, capsys: pytest.C
     args = ["bench", "control", "--backend", "sim", "--hardware", "h1000", "--target", "llama-3.1-8b"]
     assert main([*args, "--draft", "llama-3.2-1b", "--json", str(tmp_path / "x.json")]) == 2
     assert "presets: h100-sxm, h200, a100-80gb, l4" in capsys.readouterr().err
+
+
+def test_bench_control_resumes_from_its_database(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/state.db"
+    args = ["bench", "control", "--backend", "sim", "--hardware", "a100-80gb", "--target", "llama-3.2-3b"]
+    args += ["--draft", "llama-3.2-1b", "--steps-per-bucket", "40", "--db", db]
+    reports = []
+    for run in ("cold", "warm"):
+        out = tmp_path / f"{run}.json"
+        assert main([*args, "--json", str(out)]) == 0
+        reports.append(json.loads(out.read_text())["policies"]["adaptive"])
+    assert reports[0]["warm_start"] is False and reports[1]["warm_start"] is True
