@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,7 +60,26 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     bench_commands.register(commands)
     store_commands.register(commands)
+    _serve_flags(commands.add_parser("serve", help="run the daemon (OpenAI API, admin, metrics)"))
     return parser
+
+
+def _serve_flags(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--config", type=Path, help="TOML file (see ops/config.example.toml)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state directory)")
+    serve.add_argument("--backend", choices=("hf", "sim"))
+    serve.add_argument("--target", help="model directory, hub id in the local cache, or 'demo'")
+    serve.add_argument("--draft", help="draft model, or 'demo'")
+    serve.add_argument("--proposer", choices=("draft", "ngram"))
+    serve.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    serve.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"))
+    serve.add_argument("--max-batch", type=int)
+    serve.add_argument("--max-queued", type=int)
+    serve.add_argument("--max-context", type=int)
+    serve.add_argument("--drain-timeout", type=float)
+    serve.add_argument("--served-model-name")
 
 
 def _prompts(args: argparse.Namespace) -> list[str]:
@@ -134,6 +154,35 @@ def _demo(args: argparse.Namespace) -> None:
     print(json.dumps(report, indent=None if args.json else 2))
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from adaptivespec import settings
+    from adaptivespec.server.serve import serve
+
+    flags = {
+        key: getattr(args, key)
+        for key in (
+            "host",
+            "port",
+            "db",
+            "backend",
+            "target",
+            "draft",
+            "proposer",
+            "device",
+            "dtype",
+            "max_batch",
+            "max_queued",
+            "max_context",
+            "drain_timeout",
+            "served_model_name",
+        )
+    }
+    if args.proposer == "ngram" and args.draft is None:
+        flags["draft"] = None
+    config = settings.load(args.config, os.environ, flags)
+    return asyncio.run(serve(config))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
@@ -148,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             store_commands.run_thresholds(args)
         elif args.command == "db":
             store_commands.run_db(args)
+        elif args.command == "serve":
+            return _serve(args)
     except (AdaptiveSpecError, ValueError) as exc:
         print(f"adaptivespec: error: {exc}", file=sys.stderr)
         return 2

@@ -71,3 +71,41 @@ class EngineConfig:
             "max_prefill_tokens must be >= max_context, or a full-length prompt could never be admitted",
         )
         _require(self.telemetry_queue >= 1, "telemetry_queue must be >= 1")
+
+
+_BACKENDS = ("hf", "sim")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """What `adaptivespec serve` needs. Flags override ADAPTIVESPEC_* variables, which override the file."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    backend: str = "hf"
+    db: str | None = None  # SQLAlchemy URL; None = SQLite in the state directory
+    admin_token: str | None = None
+    drain_timeout: float = 30.0
+    max_body_bytes: int = 1 << 20
+    flush_seconds: float = 2.0
+    served_model_name: str | None = None
+    sim_hardware: str = "h100-sxm"
+    sim_target: str = "llama-3.1-8b"
+    sim_draft: str = "llama-3.2-1b"
+    sim_acceptance: float = 0.7
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        _require(self.backend in _BACKENDS, f"backend must be one of {_BACKENDS}, got {self.backend!r}")
+        _require(0 <= self.port <= 65535, f"port must be in [0, 65535], got {self.port}")
+        _require(self.drain_timeout >= 0, "drain_timeout must be >= 0 seconds")
+        _require(self.max_body_bytes >= 1024, "max_body_bytes must be >= 1024")
+        _require(self.flush_seconds > 0, "flush_seconds must be > 0")
+        _require(
+            self.admin_token is None or len(self.admin_token) >= 16,
+            "admin_token must be at least 16 characters",
+        )
+
+    @property
+    def loopback_only(self) -> bool:
+        return self.host in ("127.0.0.1", "::1", "localhost")

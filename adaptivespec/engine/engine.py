@@ -39,6 +39,23 @@ class Completion:
     stats: SequenceStats
 
 
+class RequestStream:
+    """One request's token events; also tells how many tokens its prompt had."""
+
+    def __init__(self, prompt_tokens: int, events: AsyncIterator[TokenEvent]) -> None:
+        self.prompt_tokens = prompt_tokens
+        self._events = events
+
+    def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        return self._events
+
+    async def __anext__(self) -> TokenEvent:
+        return await anext(self._events)
+
+    async def aclose(self) -> None:
+        await self._events.aclose()  # type: ignore[attr-defined]
+
+
 class Engine:
     def __init__(
         self,
@@ -85,13 +102,14 @@ class Engine:
         return self._task is not None and not self._task.done()
 
     # ---- requests --------------------------------------------------------------------
-    def submit(self, prompt: str | Seq[int], params: SamplingParams) -> AsyncIterator[TokenEvent]:
+    def submit(self, prompt: str | Seq[int], params: SamplingParams) -> RequestStream:
         """Validates and queues a request; iterate the result for its tokens.
 
         Raises at once on bad input or a full queue. Closing or cancelling the iterator
         aborts the request, and its row is freed at the next step.
         """
-        return self._stream(self._enqueue(prompt, params))
+        sequence = self._enqueue(prompt, params)
+        return RequestStream(len(sequence.prompt_ids), self._stream(sequence))
 
     async def generate(self, prompt: str | Seq[int], params: SamplingParams) -> Completion:
         """Runs one request to the end and returns everything it produced."""

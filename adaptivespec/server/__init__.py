@@ -1,0 +1,1 @@
+"""The daemon: OpenAI-compatible API, admin API, metrics and systemd integration on aiohttp."""

@@ -1,0 +1,175 @@
+"""The aiohttp application: `create_app(config)`, with every resource owned by a cleanup context."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from adaptivespec.config import ServeConfig
+from adaptivespec.controller.controller import Controller
+from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.loader import load_runner
+from adaptivespec.engine.runner import Runner
+from adaptivespec.engine.tokenizer import ByteTokenizer, Tokenizer
+from adaptivespec.server import admin, openai_api
+from adaptivespec.server.metrics import Metrics
+from adaptivespec.server.protocol import ApiError, error_body
+from adaptivespec.server.state import (
+    CONFIG,
+    FLUSH,
+    LIFECYCLE,
+    METRICS,
+    NOTIFIER,
+    SERVICES,
+    Lifecycle,
+    Services,
+)
+from adaptivespec.server.systemd import Notifier
+from adaptivespec.sim import specs
+from adaptivespec.sim.costmodel import StepCostModel
+from adaptivespec.sim.runner import SimRunner
+from adaptivespec.sim.workload import Workload
+from adaptivespec.store.repository import Store
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(config: ServeConfig, notifier: Notifier | None = None) -> web.Application:
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[errors, draining, admin.guard])
+    app[CONFIG] = config
+    app[METRICS] = Metrics()
+    app[NOTIFIER] = notifier or Notifier()
+    app[LIFECYCLE] = Lifecycle()
+    app.cleanup_ctx.append(runtime)
+    app.add_routes(
+        [
+            web.post("/v1/completions", openai_api.completions),
+            web.post("/v1/chat/completions", openai_api.chat_completions),
+            web.get("/v1/models", openai_api.models),
+            web.get("/health", health),
+            web.get("/metrics", metrics),
+            *admin.routes(),
+        ]
+    )
+    return app
+
+
+def _runner(config: ServeConfig) -> tuple[Runner, Tokenizer, bool]:
+    if config.backend == "sim":
+        cost = StepCostModel(
+            specs.hardware(config.sim_hardware), specs.model(config.sim_target), specs.model(config.sim_draft)
+        )
+        engine = config.engine
+        runner = SimRunner(
+            cost,
+            Workload(acceptance_mean=config.sim_acceptance),
+            max_batch=engine.max_batch,
+            max_spec_tokens=engine.max_spec_tokens,
+            seed=engine.seed,
+        )
+        return runner, ByteTokenizer(), False
+    loaded = load_runner(config.engine)
+    return loaded.runner, loaded.tokenizer, getattr(loaded.tokenizer, "chat_template", None) is not None
+
+
+async def runtime(app: web.Application) -> AsyncIterator[None]:
+    """Models, store (migrations run here), controller and engine, in that order; torn down in reverse."""
+    config = app[CONFIG]
+    runner, tokenizer, chat = await asyncio.get_running_loop().run_in_executor(None, _runner, config)
+    store = Store(config.db)
+    controller = Controller(runner.model_key, runner.hardware_key)
+    saved = store.load(runner.model_key, runner.hardware_key)
+    if saved is not None:
+        controller.restore(saved)  # applied before the first step
+    engine = Engine(runner, tokenizer, controller.live, config.engine)
+    name = config.served_model_name or runner.model_key
+    app[SERVICES] = Services(engine, tokenizer, controller, store, name, chat, app[LIFECYCLE])
+    lock = asyncio.Lock()
+
+    async def flush() -> None:
+        async with lock:
+            state, history = controller.export_state(dirty_only=True), list(controller.history)
+            controller.history.clear()
+            controller.dirty.clear()
+            await asyncio.get_running_loop().run_in_executor(None, store.save, state, history)
+
+    app[FLUSH] = flush
+    await engine.start()
+    tasks = [
+        asyncio.create_task(controller.run(engine.telemetry.subscribe()), name="controller"),
+        asyncio.create_task(app[METRICS].consume(engine.telemetry.subscribe()), name="metrics"),
+        asyncio.create_task(_periodic(flush, config.flush_seconds), name="store-flush"),
+        asyncio.create_task(app[NOTIFIER].watchdog(), name="watchdog"),
+    ]
+    app[LIFECYCLE].ready = True
+    log.info("serving %s on %s", name, runner.hardware_key)
+    try:
+        yield
+    finally:
+        app[LIFECYCLE].ready = False
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await engine.stop("abort")
+        with contextlib.suppress(Exception):
+            await flush()
+        store.close()
+
+
+async def _periodic(flush: Callable[[], Awaitable[None]], seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await flush()
+        except Exception:  # the next flush retries; serving goes on
+            log.exception("writing controller state failed")
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return web.json_response(exc.body(), status=exc.status, headers=_retry(exc.status))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind = "invalid_request_error" if exc.status < 500 else "server_error"
+        return web.json_response(error_body(exc.reason, kind), status=exc.status)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return web.json_response(error_body("internal server error", "server_error"), status=500)
+
+
+def _retry(status: int) -> dict[str, str]:
+    return {"Retry-After": "1"} if status in (429, 503) else {}
+
+
+@web.middleware
+async def draining(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith("/v1/") and request.app[LIFECYCLE].draining:
+        request.app[METRICS].rejections.labels("draining").inc()
+        raise ApiError(503, "the server is shutting down; retry on another replica", kind="server_error")
+    return await handler(request)
+
+
+async def health(request: web.Request) -> web.Response:
+    lifecycle = request.app[LIFECYCLE]
+    if lifecycle.draining:
+        return web.json_response({"status": "draining"}, status=503)
+    if not lifecycle.ready:
+        return web.json_response({"status": "starting"}, status=503)
+    return web.json_response({"status": "ok"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    services = request.app[SERVICES]
+    body = request.app[METRICS].render(services.engine, services.controller.live)
+    return web.Response(body=body, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})

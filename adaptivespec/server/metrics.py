@@ -1,0 +1,73 @@
+"""Prometheus metrics in vLLM's naming style (adaptivespec:*), fed from step telemetry.
+
+The registry belongs to the app (no global state). Gauges that describe the present
+(running and waiting requests, the K per bucket, the policy version) are read at scrape time.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS
+from adaptivespec.controller.snapshot import LivePolicy
+from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.telemetry import StepTelemetry, Subscription
+
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.running = Gauge("adaptivespec:num_requests_running", "Requests in the decode batch.", registry=r)
+        self.waiting = Gauge(
+            "adaptivespec:num_requests_waiting", "Requests waiting for a batch slot.", registry=r
+        )
+        self.prompt_tokens = Counter("adaptivespec:prompt_tokens", "Prompt tokens admitted.", registry=r)
+        self.generation_tokens = Counter("adaptivespec:generation_tokens", "Tokens generated.", registry=r)
+        self.step_seconds = Histogram(
+            "adaptivespec:step_seconds", "Decode step wall time.", buckets=STEP_BUCKETS, registry=r
+        )
+        self.drafts = Counter(
+            "adaptivespec:spec_decode_num_drafts", "Rows that drafted, summed over steps.", registry=r
+        )
+        self.draft_tokens = Counter(
+            "adaptivespec:spec_decode_num_draft_tokens", "Draft tokens proposed.", registry=r
+        )
+        self.accepted_tokens = Counter(
+            "adaptivespec:spec_decode_num_accepted_tokens", "Draft tokens accepted.", registry=r
+        )
+        self.k = Gauge(
+            "adaptivespec:spec_k", "Current K per bucket.", ["ctx_bucket", "batch_bucket"], registry=r
+        )
+        self.policy_version = Gauge("adaptivespec:policy_version", "Current policy version.", registry=r)
+        self.rejections = Counter(
+            "adaptivespec:request_rejections", "Requests refused.", ["reason"], registry=r
+        )
+        self.telemetry_dropped = Gauge(
+            "adaptivespec:telemetry_dropped", "Telemetry records dropped.", registry=r
+        )
+
+    def observe(self, record: StepTelemetry) -> None:
+        self.generation_tokens.inc(record.emitted)
+        self.step_seconds.observe(record.step_seconds)
+        if record.k > 0:
+            self.drafts.inc(record.batch_size)
+            self.draft_tokens.inc(record.drafted)
+            self.accepted_tokens.inc(record.accepted)
+
+    async def consume(self, subscription: Subscription) -> None:
+        while True:
+            self.observe(await subscription.get())
+
+    def render(self, engine: Engine, policy: LivePolicy) -> bytes:
+        self.running.set(len(engine.scheduler.running))
+        self.waiting.set(len(engine.scheduler.waiting))
+        self.telemetry_dropped.set(engine.telemetry.dropped)
+        snapshot = policy.snapshot
+        self.policy_version.set(snapshot.version)
+        for ctx, row in enumerate(snapshot.table):
+            for batch, k in enumerate(row):
+                self.k.labels(CONTEXT_BUCKETS[ctx].label, BATCH_BUCKETS[batch].label).set(k)
+        return generate_latest(self.registry)

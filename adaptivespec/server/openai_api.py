@@ -1,0 +1,179 @@
+"""OpenAI-compatible completions and chat completions, streamed as server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from adaptivespec.engine.engine import RequestStream
+from adaptivespec.errors import EngineStoppedError, InvalidRequestError, QueueFullError
+from adaptivespec.server import protocol
+from adaptivespec.server.protocol import ApiError, GenerationRequest
+from adaptivespec.server.state import METRICS, SERVICES, Services
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Outcome:
+    text: list[str]
+    finish: list[str | None]
+    completion_tokens: int = 0
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    body = protocol.parse_json(await request.read())
+    _check_model(request.app[SERVICES], body)
+    return await _serve(request, protocol.parse_completion(body))
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    services = request.app[SERVICES]
+    messages, body = protocol.parse_chat(protocol.parse_json(await request.read()))
+    _check_model(services, body)
+    if not services.chat_template:
+        raise ApiError(
+            400, "this model's tokenizer has no chat template; use /v1/completions", param="messages"
+        )
+    prompt = services.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    return await _serve(request, protocol.chat_request(body, str(prompt)))
+
+
+async def models(request: web.Request) -> web.Response:
+    name = request.app[SERVICES].model_name
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [{"id": name, "object": "model", "created": 0, "owned_by": "adaptivespec"}],
+        }
+    )
+
+
+def _check_model(services: Services, body: dict[str, Any]) -> None:
+    model = body.get("model")
+    if model is not None and model != services.model_name:
+        raise ApiError(
+            404,
+            f"model {model!r} does not exist; this server serves {services.model_name!r}",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def _submit(request: web.Request, job: GenerationRequest) -> list[RequestStream]:
+    """Queues every prompt, or none: a refusal part-way aborts the ones already queued."""
+    services = request.app[SERVICES]
+    metrics = request.app[METRICS]
+    streams: list[RequestStream] = []
+    try:
+        for prompt in job.prompts:
+            streams.append(services.engine.submit(prompt, job.params))
+    except (InvalidRequestError, QueueFullError, EngineStoppedError) as exc:
+        for stream in streams:
+            asyncio.ensure_future(stream.aclose())
+        if isinstance(exc, QueueFullError):
+            metrics.rejections.labels("queue_full").inc()
+            raise ApiError(429, str(exc), kind="rate_limit_error", code="queue_full") from exc
+        if isinstance(exc, EngineStoppedError):
+            metrics.rejections.labels("draining").inc()
+            raise ApiError(
+                503, "the server is shutting down; retry on another replica", kind="server_error"
+            ) from exc
+        metrics.rejections.labels("invalid").inc()
+        raise ApiError(400, str(exc), param=exc.param) from exc
+    metrics.prompt_tokens.inc(sum(s.prompt_tokens for s in streams))
+    return streams
+
+
+async def _merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Any]]:
+    """Events of every prompt as they come, tagged with the prompt's index."""
+    if len(streams) == 1:
+        async for event in streams[0]:
+            yield 0, event
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def pump(index: int, stream: RequestStream) -> None:
+        async for event in stream:
+            await queue.put((index, event))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        finished = 0
+        while finished < len(streams):
+            index, event = await queue.get()
+            finished += event.finish_reason is not None
+            yield index, event
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _serve(request: web.Request, job: GenerationRequest) -> web.StreamResponse:
+    streams = _submit(request, job)
+    try:
+        if job.stream:
+            return await _stream(request, job, streams)
+        return await _collect(request, job, streams)
+    finally:
+        for stream in streams:
+            await stream.aclose()  # no-op when finished; aborts the request otherwise
+
+
+async def _collect(
+    request: web.Request, job: GenerationRequest, streams: list[RequestStream]
+) -> web.Response:
+    outcome = Outcome([""] * len(streams), [None] * len(streams))
+    async for index, event in _merged(streams):
+        outcome.text[index] += event.text
+        outcome.completion_tokens += len(event.token_ids)
+        if event.finish_reason is not None:
+            outcome.finish[index] = event.finish_reason
+            if event.finish_reason == "error":
+                raise ApiError(500, event.error or "generation failed", kind="server_error")
+    name = request.app[SERVICES].model_name
+    choices = [
+        protocol.choice(i, t, f, job.chat, False)
+        for i, (t, f) in enumerate(zip(outcome.text, outcome.finish, strict=True))
+    ]
+    body = protocol.envelope(protocol.new_id(job.chat), name, job.chat, False, choices)
+    body["usage"] = protocol.usage(sum(s.prompt_tokens for s in streams), outcome.completion_tokens)
+    return web.json_response(body)
+
+
+async def _stream(
+    request: web.Request, job: GenerationRequest, streams: list[RequestStream]
+) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    request_id, name = protocol.new_id(job.chat), request.app[SERVICES].model_name
+    completion_tokens = 0
+    async for index, event in _merged(streams):
+        completion_tokens += len(event.token_ids)
+        if event.finish_reason == "error":
+            error = protocol.error_body(event.error or "generation failed", "server_error")
+            await _event(response, error)
+            break
+        if event.text or event.finish_reason is not None:
+            chunk = protocol.choice(index, event.text, event.finish_reason, job.chat, True)
+            await _event(response, protocol.envelope(request_id, name, job.chat, True, [chunk]))
+    if job.include_usage:
+        final = protocol.envelope(request_id, name, job.chat, True, [])
+        final["usage"] = protocol.usage(sum(s.prompt_tokens for s in streams), completion_tokens)
+        await _event(response, final)
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def _event(response: web.StreamResponse, payload: dict[str, Any]) -> None:
+    await response.write(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")

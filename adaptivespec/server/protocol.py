@@ -1,0 +1,172 @@
+"""OpenAI request parsing and response shapes. Bad input raises ApiError, which becomes an
+OpenAI error body: {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.errors import InvalidRequestError
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.kind, self.param, self.code)
+
+
+def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+_UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "tools": (None, []),
+    "logit_bias": (None, {}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    prompts: tuple[str | tuple[int, ...], ...]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    chat: bool
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    return body
+
+
+def parse_completion(body: dict[str, Any]) -> GenerationRequest:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        prompts: tuple[str | tuple[int, ...], ...] = (prompt,)
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompts = tuple(prompt)
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
+        prompts = (tuple(prompt),)
+    else:
+        raise ApiError(
+            400,
+            "prompt must be a non-empty string, a list of strings, or a list of token ids",
+            param="prompt",
+        )
+    return _generation(body, prompts, chat=False)
+
+
+def parse_chat(body: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list", param="messages")
+    for message in messages:
+        if not (
+            isinstance(message, dict)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            raise ApiError(400, "each message needs a string role and a string content", param="messages")
+    return [{"role": m["role"], "content": m["content"]} for m in messages], body
+
+
+def chat_request(body: dict[str, Any], prompt: str) -> GenerationRequest:
+    return _generation(body, (prompt,), chat=True)
+
+
+def _generation(
+    body: dict[str, Any], prompts: tuple[str | tuple[int, ...], ...], chat: bool
+) -> GenerationRequest:
+    n = body.get("n", 1)
+    if n != 1:
+        raise ApiError(400, "only n=1 is supported; send one request per completion", param="n")
+    for name, allowed in _UNSUPPORTED.items():
+        if body.get(name) not in allowed:
+            raise ApiError(400, f"{name} is not supported by this server", param=name)
+    stop = body.get("stop")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, list) else ()
+    if stop is not None and not isinstance(stop, (str, list)):
+        raise ApiError(400, "stop must be a string or a list of strings", param="stop")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "stream_options must be an object", param="stream_options")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 16))
+    try:
+        params = SamplingParams(
+            max_tokens=_typed(max_tokens, int, "max_tokens"),
+            temperature=float(_typed(body.get("temperature", 1.0), (int, float), "temperature")),
+            top_p=float(_typed(body.get("top_p", 1.0), (int, float), "top_p")),
+            seed=None if body.get("seed") is None else _typed(body.get("seed"), int, "seed"),
+            stop=stops,
+        )
+    except InvalidRequestError as exc:
+        raise ApiError(400, str(exc), param=exc.param) from exc
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "stream must be true or false", param="stream")
+    return GenerationRequest(prompts, params, stream, bool(options.get("include_usage", False)), chat)
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ApiError(400, f"{name} must be a number, got {json.dumps(value)}", param=name)
+    return value
+
+
+def new_id(chat: bool) -> str:
+    return f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+
+
+def choice(index: int, text: str, finish: str | None, chat: bool, streaming: bool) -> dict[str, Any]:
+    if not chat:
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+    key = "delta" if streaming else "message"
+    return {
+        "index": index,
+        key: {"role": "assistant", "content": text},
+        "logprobs": None,
+        "finish_reason": finish,
+    }
+
+
+def envelope(
+    request_id: str, model: str, chat: bool, streaming: bool, choices: list[dict[str, Any]]
+) -> dict[str, Any]:
+    kind = ("chat.completion.chunk" if streaming else "chat.completion") if chat else "text_completion"
+    return {"id": request_id, "object": kind, "created": int(time.time()), "model": model, "choices": choices}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }

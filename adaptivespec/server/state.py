@@ -1,0 +1,41 @@
+"""What the request handlers share, held under typed app keys (no string keys, no globals)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from adaptivespec.config import ServeConfig
+from adaptivespec.controller.controller import Controller
+from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.tokenizer import Tokenizer
+from adaptivespec.server.metrics import Metrics
+from adaptivespec.server.systemd import Notifier
+from adaptivespec.store.repository import Store
+
+
+@dataclass(slots=True)
+class Lifecycle:
+    ready: bool = False
+    draining: bool = False
+
+
+@dataclass(slots=True)
+class Services:
+    engine: Engine
+    tokenizer: Tokenizer
+    controller: Controller
+    store: Store
+    model_name: str
+    chat_template: bool
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+
+
+CONFIG = web.AppKey("config", ServeConfig)
+SERVICES = web.AppKey("services", Services)
+METRICS = web.AppKey("metrics", Metrics)
+NOTIFIER = web.AppKey("notifier", Notifier)
+LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
+FLUSH: web.AppKey[Callable[[], Awaitable[None]]] = web.AppKey("flush")
