@@ -110,7 +110,6 @@ async def _generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
         max_batch=min(64, len(prompts)),
         max_queued=len(prompts),
         max_context=args.max_context,
-        max_prefill_tokens=max(8192, args.max_context),
         models=models,
     )
     loaded = load_runner(config)

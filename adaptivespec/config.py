@@ -54,7 +54,7 @@ class EngineConfig:
     max_queued: int = 256
     max_context: int = 1024
     max_spec_tokens: int = 8
-    max_prefill_tokens: int = 8192
+    max_prefill_tokens: int = 0  # 0: max(8192, max_context)
     telemetry_queue: int = 4096
     seed: int = 0
     models: ModelConfig = field(default_factory=ModelConfig)
@@ -66,6 +66,8 @@ class EngineConfig:
         _require(
             0 <= self.max_spec_tokens <= 64, f"max_spec_tokens must be in [0, 64], got {self.max_spec_tokens}"
         )
+        if self.max_prefill_tokens == 0:
+            object.__setattr__(self, "max_prefill_tokens", max(8192, self.max_context))
         _require(
             self.max_prefill_tokens >= self.max_context,
             "max_prefill_tokens must be >= max_context, or a full-length prompt could never be admitted",

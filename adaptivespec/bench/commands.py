@@ -71,9 +71,7 @@ def run(args: argparse.Namespace) -> None:
 
 def _load(args: argparse.Namespace, max_batch: int, max_context: int) -> LoadedModels:
     models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
-    config = EngineConfig(
-        max_batch=max_batch, max_context=max_context, max_prefill_tokens=max(8192, max_context), models=models
-    )
+    config = EngineConfig(max_batch=max_batch, max_context=max_context, models=models)
     return load_runner(config)
 
 

@@ -1,0 +1,124 @@
+"""Disconnects, live overrides and fuzzing against a real aiohttp server (sim backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adaptivespec.config import EngineConfig
+from adaptivespec.server.app import create_app
+from adaptivespec.server.state import SERVICES
+
+from .conftest import TOKEN, sim_config
+
+
+async def _wait_until(condition: Any, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_hundred_clients_disconnecting_leave_nothing_behind(
+    aiohttp_server: Any, tmp_path: Path
+) -> None:
+    config = sim_config(tmp_path, engine=EngineConfig(max_batch=16, max_queued=200, max_context=8192))
+    app = create_app(config)
+    server = await aiohttp_server(app)  # the test server cancels handlers on disconnect, as serve does
+    engine = app[SERVICES].engine
+    baseline_tasks = len(asyncio.all_tasks())
+
+    async def client(i: int) -> None:
+        async with aiohttp.ClientSession() as session:
+            body = {"prompt": f"p{i}", "max_tokens": 6000, "stream": True}
+            response = await session.post(server.make_url("/v1/completions"), json=body)
+            if i % 2 == 0:  # half disconnect mid-stream, the other half while still queued
+                await response.content.readline()
+            response.close()
+
+    await asyncio.gather(*(client(i) for i in range(100)))
+    await _wait_until(lambda: not engine.scheduler.has_work)
+    metrics = await _metrics(server)
+    assert "adaptivespec:num_requests_running 0.0" in metrics
+    assert "adaptivespec:num_requests_waiting 0.0" in metrics
+    await _wait_until(lambda: len(asyncio.all_tasks()) <= baseline_tasks)
+
+
+async def _metrics(server: Any) -> str:
+    async with aiohttp.ClientSession() as session:
+        return await (await session.get(server.make_url("/metrics"))).text()
+
+
+async def test_override_while_streaming_shows_in_the_next_step(sim_client: TestClient[Any, Any]) -> None:
+    engine = sim_client.app[SERVICES].engine
+    watcher = engine.telemetry.subscribe()
+    stream = await sim_client.post(
+        "/v1/completions", json={"prompt": "x", "max_tokens": 3000, "stream": True}
+    )
+    await stream.content.readline()
+    await _wait_until(lambda: engine.steps > 5)
+    response = await sim_client.post(
+        "/admin/overrides", json={"kind": "pin", "k": 7}, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert response.status == 200
+    pinned_at = engine.steps
+    await _wait_until(lambda: engine.steps > pinned_at + 3)
+    stream.close()
+    records = [watcher.queue.get_nowait() for _ in range(watcher.queue.qsize())]
+    assert all(r.k == 7 for r in records[pinned_at + 1 :]) and records[pinned_at + 1 :]
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=5)
+    ),
+    max_leaves=12,
+)
+FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "prompt": JSON,
+        "max_tokens": JSON,
+        "temperature": JSON,
+        "top_p": JSON,
+        "stream": JSON,
+        "n": JSON,
+        "stop": JSON,
+        "seed": JSON,
+        "stream_options": JSON,
+        "messages": JSON,
+        "model": JSON,
+        "kind": JSON,
+        "k": JSON,
+        "frozen": JSON,
+    },
+)
+ENDPOINTS = ["/v1/completions", "/v1/chat/completions", "/admin/overrides", "/admin/freeze"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=FIELDS | JSON, endpoint=st.sampled_from(ENDPOINTS))
+async def test_fuzzed_bodies_never_get_a_5xx(
+    sim_client: TestClient[Any, Any], body: Any, endpoint: str
+) -> None:
+    if isinstance(body, dict) and isinstance(body.get("max_tokens"), int):
+        body["max_tokens"] = min(body["max_tokens"], 64)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    response = await sim_client.post(endpoint, data=json.dumps(body), headers=headers)
+    assert response.status < 500, (endpoint, body, await response.text())
+    if response.status >= 400:
+        assert "error" in await response.json()
+    else:
+        await response.read()
