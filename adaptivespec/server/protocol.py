@@ -126,6 +126,7 @@ def _generation(
             top_p=float(_typed(body.get("top_p", 1.0), (int, float), "top_p")),
             seed=None if body.get("seed") is None else _typed(body.get("seed"), int, "seed"),
             stop=stops,
+            ignore_eos=_flag(body, "ignore_eos"),  # vLLM's extension, for benchmarks
         )
     except InvalidRequestError as exc:
         raise ApiError(400, str(exc), param=exc.param) from exc
@@ -133,6 +134,13 @@ def _generation(
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be true or false", param="stream")
     return GenerationRequest(prompts, params, stream, bool(options.get("include_usage", False)), chat)
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false", param=name)
+    return value
 
 
 def _typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:

@@ -69,3 +69,13 @@ def test_bench_control_resumes_from_its_database(tmp_path: Path) -> None:
         assert main([*args, "--json", str(out)]) == 0
         reports.append(json.loads(out.read_text())["policies"]["adaptive"])
     assert reports[0]["warm_start"] is False and reports[1]["warm_start"] is True
+
+
+def test_bench_serve_compares_http_with_direct(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "serve.json"
+    args = ["bench", "serve", "--backend", "sim", "--clients", "4", "--max-tokens", "32", "--rounds", "1"]
+    assert main([*args, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["direct_tok_s"] > 0 and result["http_tok_s"] > 0
+    assert result["ratio"] == pytest.approx(result["http_tok_s"] / result["direct_tok_s"])
+    assert "ratio" in capsys.readouterr().out
