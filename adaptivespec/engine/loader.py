@@ -180,4 +180,6 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
 
 def _short(name: str) -> str:
     path = Path(name)
-    return path.name if path.exists() else name
+    if not path.exists():
+        return name
+    return f"demo-{path.name}" if path.parent.name.startswith("demo-") else path.name

@@ -223,3 +223,31 @@ def test_kv_cache_is_preallocated_and_reported(tiny_models: LoadedModels) -> Non
     assert runner.target.cache.keys[0].shape[2] == runner.cache_len
     assert "KV cache preallocated for 16 rows" in runner.describe()
     assert f"{runner.kv_bytes / 2**20:.1f} MiB" in runner.describe()
+
+
+async def test_a_failing_step_fails_only_its_requests(tiny_pair: TinyPair, tiny_models: LoadedModels) -> None:
+    engine = await _engine(tiny_pair, tiny_models)
+    runner = tiny_models.runner
+    real = runner.decode
+    calls = {"n": 0}
+
+    def flaky(batch: int, k: int) -> object:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("simulated kernel failure")
+        return real(batch, k)
+
+    runner.decode = flaky  # type: ignore[method-assign]
+    try:
+        first = [
+            e
+            async for e in engine.submit(
+                "def", SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
+            )
+        ]
+        after = await engine.generate("for", SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True))
+    finally:
+        runner.decode = real  # type: ignore[method-assign]
+        await engine.stop()
+    assert first[-1].finish_reason == "error" and "RuntimeError" in (first[-1].error or "")
+    assert after.finish_reason == "length" and len(after.token_ids) == 10

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+
+from adaptivespec.server.systemd import Notifier
+
+
+def test_notify_reaches_an_abstract_socket_and_does_nothing_without_one() -> None:
+    name = f"adaptivespec-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind("\0" + name)
+        listener.settimeout(2)
+        Notifier({"NOTIFY_SOCKET": "@" + name}).notify("READY=1")
+        assert listener.recv(64) == b"READY=1"
+    silent = Notifier({})
+    assert not silent.enabled
+    silent.notify("READY=1")  # no socket, no error
+
+
+def test_watchdog_interval_is_half_of_watchdog_usec_and_respects_the_pid() -> None:
+    assert Notifier({"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "4000000"}).watchdog_interval == 2.0
+    assert Notifier({"WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
+    assert asyncio.run(Notifier({}).watchdog()) is None  # returns at once without a watchdog

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adaptivespec.errors import ConfigError
+from adaptivespec.settings import load
+
+
+def test_flags_override_environment_which_overrides_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'port = 7000\nhost = "0.0.0.0"\n[engine]\nmax_batch = 4\n[engine.models]\ntarget = "/m"\n'
+    )
+    config = load(path, {"ADAPTIVESPEC_PORT": "7100", "ADAPTIVESPEC_MAX_BATCH": "8"}, {"port": 7200})
+    assert (config.port, config.host, config.engine.max_batch, config.engine.models.target) == (
+        7200,
+        "0.0.0.0",
+        8,
+        "/m",
+    )
+    assert load(path, {"ADAPTIVESPEC_PORT": "7100"}, {"port": None}).port == 7100
+
+
+def test_the_example_config_is_valid() -> None:
+    config = load(Path(__file__).parents[1] / "ops" / "config.example.toml", {}, {})
+    assert config.port == 8000 and config.engine.models.target == "demo"
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "message"),
+    [
+        ("prot = 1\n", {}, "unknown .* setting 'prot'; known: "),
+        ("port = [\n", {}, "not valid TOML"),
+        ("", {"ADAPTIVESPEC_PORT": "eighty"}, "expected int"),
+        ('backend = "tpu"\n', {}, "backend must be one of"),
+        ('admin_token = "short"\n', {}, "at least 16 characters"),
+    ],
+)
+def test_bad_settings_name_the_problem(tmp_path: Path, text: str, env: dict[str, str], message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load(path, env, {})
