@@ -74,21 +74,21 @@ class Cell:
 
     def predictions(self, acceptance: Acceptance) -> dict[int, float]:
         """Expected reward of each measured arm (same units as observed rewards)."""
-        predicted = {}
-        for k in self.settings.arms:
-            seconds = measured_seconds(self.seconds, k)
-            if seconds is not None:
-                predicted[k] = acceptance(k) / seconds / self.scale * self.correction(k)
-        return predicted
+        return self._priced(acceptance, measured_seconds)
 
     def optimistic(self, acceptance: Acceptance) -> dict[int, float]:
         """An upper bound on the reward of every arm, measured or not."""
-        bounds = {}
+        return self._priced(acceptance, optimistic_seconds)
+
+    def _priced(
+        self, acceptance: Acceptance, seconds_of: Callable[[dict[int, EWStat], int], float | None]
+    ) -> dict[int, float]:
+        priced = {}
         for k in self.settings.arms:
-            seconds = optimistic_seconds(self.seconds, k)
+            seconds = seconds_of(self.seconds, k)
             if seconds is not None:
-                bounds[k] = acceptance(k) / seconds / self.scale * self.correction(k)
-        return bounds
+                priced[k] = acceptance(k) / seconds / self.scale * self.correction(k)
+        return priced
 
     def next_k(self, acceptance: Acceptance) -> int:
         """Chooses the K for this cell's next step, and updates the decision with hysteresis."""

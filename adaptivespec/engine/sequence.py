@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.tokenizer import Tokenizer
-
-_ids = itertools.count()
 
 
 class Status(enum.Enum):
@@ -39,7 +36,6 @@ class SequenceStats:
 
 class Sequence:
     def __init__(self, prompt_ids: list[int], params: SamplingParams, seed: int, max_context: int) -> None:
-        self.id = next(_ids)
         self.prompt_ids = prompt_ids
         self.params = params
         self.seed = seed
