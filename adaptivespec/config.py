@@ -61,7 +61,7 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _require(self.max_batch >= 1, f"max_batch must be >= 1, got {self.max_batch}")
-        _require(self.max_queued >= 0, f"max_queued must be >= 0, got {self.max_queued}")
+        _require(self.max_queued >= 1, f"max_queued must be >= 1, got {self.max_queued}")
         _require(self.max_context >= 2, f"max_context must be >= 2, got {self.max_context}")
         _require(
             0 <= self.max_spec_tokens <= 64, f"max_spec_tokens must be in [0, 64], got {self.max_spec_tokens}"
