@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from adaptivespec.bench import calibrate_command, control_command, controller_bench, serve_bench
+from adaptivespec.bench import calibrate_command, control_command, controller_bench, engine_bench, serve_bench
 from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
 from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
@@ -46,6 +46,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     calibrate_command.register(kinds)
     controller_bench.register(kinds)
     serve_bench.register(kinds)
+    engine_bench.register(kinds)
     for parser in (steps, cache, accept):
         parser.add_argument("--target", default=DEMO_MODEL)
         parser.add_argument("--draft", default=DEMO_MODEL)
@@ -66,6 +67,9 @@ def run(args: argparse.Namespace) -> None:
         return
     if args.bench == "serve":
         serve_bench.run(args)
+        return
+    if args.bench == "engine":
+        engine_bench.run(args)
         return
     handlers = {"steps": _steps, "cache": _cache, "acceptance": _acceptance}
     result = {"machine": _machine(), **handlers[args.bench](args)}

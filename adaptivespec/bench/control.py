@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -16,9 +17,23 @@ from adaptivespec.controller.keys import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.keys import crossover as keys_crossover
 from adaptivespec.controller.policy import FixedK, SpecPolicy, StaticTable
 from adaptivespec.engine.telemetry import StepTelemetry
-from adaptivespec.sim.loop import PhaseResult, SimLoop, weighted_percentile
+from adaptivespec.sim.loop import PhaseResult, weighted_percentile
 
 ORACLE_ARMS = (0, 1, 2, 3, 4, 5, 6, 8)
+
+
+class LoadLoop(Protocol):
+    """The simulator's loop or the real engine's: same schedule, same telemetry."""
+
+    model_key: str
+    hardware_key: str
+
+    def run(
+        self,
+        policy: SpecPolicy,
+        on_step: Callable[[StepTelemetry], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[PhaseResult]: ...
 
 
 def baseline_policies() -> dict[str, SpecPolicy]:
@@ -141,7 +156,7 @@ class Learner:
 
 
 def run_control(
-    loop: SimLoop,
+    loop: LoadLoop,
     policies: Mapping[str, SpecPolicy],
     progress: Callable[[int], None] | None = None,
     arms: Sequence[int] = ORACLE_ARMS,

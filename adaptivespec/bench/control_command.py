@@ -16,14 +16,20 @@ from adaptivespec.bench import learning_metrics as metrics
 from adaptivespec.bench.control import (
     ORACLE_ARMS,
     Learner,
+    LoadLoop,
     PolicyReport,
     baseline_policies,
     crossover,
     run_control,
 )
+from adaptivespec.bench.hf_loop import HFLoop
 from adaptivespec.bench.plot import goodput_by_batch
+from adaptivespec.bench.steps import prompt_windows
+from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.keys import BATCH_BUCKETS
+from adaptivespec.engine.demo_models import held_out_documents
+from adaptivespec.engine.loader import load_runner
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
@@ -34,8 +40,8 @@ from adaptivespec.store.repository import Store
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     control = kinds.add_parser("control", help="every speculation policy against a per-bucket oracle")
-    control.add_argument("--backend", choices=("sim",), required=True, help="only the simulator so far")
-    where = control.add_mutually_exclusive_group(required=True)
+    control.add_argument("--backend", choices=("sim", "hf"), required=True)
+    where = control.add_mutually_exclusive_group()
     where.add_argument("--hardware", help=f"preset: {', '.join(specs.HARDWARE_PRESETS)}")
     where.add_argument("--hardware-spec", type=Path, help="JSON file with the HardwareSpec keys")
     control.add_argument(
@@ -45,7 +51,8 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     load = control.add_mutually_exclusive_group()
     load.add_argument("--acceptance", type=float, help="mean acceptance rate (default 0.7)")
     load.add_argument("--workload", type=Path, help="workload JSON file")
-    control.add_argument("--steps-per-bucket", type=int, default=2000)
+    control.add_argument("--steps-per-bucket", type=int, default=None, help="default 2000 on sim, 30 on hf")
+    control.add_argument("--new-tokens", type=int, default=128, help="hf: tokens each request generates")
     control.add_argument("--seed", type=int, default=0)
     control.add_argument(
         "--db", default=None, help="SQLAlchemy URL: the adaptive policy resumes from and saves to it"
@@ -61,6 +68,8 @@ def _model(value: str) -> specs.ModelSpec:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
+    if args.steps_per_bucket is None:
+        args.steps_per_bucket = 2000
     if args.steps_per_bucket < 1:
         raise ConfigError("--steps-per-bucket must be >= 1")
     if args.workload is not None:
@@ -71,12 +80,48 @@ def _workload(args: argparse.Namespace) -> Workload:
     )
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def _sim(args: argparse.Namespace) -> tuple[LoadLoop, Workload, dict[str, Any], str]:
+    if args.target is None or args.draft is None:
+        raise ConfigError("--backend sim needs --target and --draft (presets or FILE.json)")
     hardware = specs.hardware(args.hardware, args.hardware_spec)
     target, draft = _model(args.target), _model(args.draft)
     workload = _workload(args)
     cost = StepCostModel(hardware, target, draft)
     loop = SimLoop(cost, workload, args.seed, f"{target.name}+{draft.name}:bf16", f"sim:{hardware.name}")
+    scenario = {
+        "backend": "sim",
+        "hardware": asdict(hardware),
+        "target": asdict(target),
+        "draft": asdict(draft),
+        "workload": _jsonable(asdict(workload)),
+        "seed": args.seed,
+    }
+    title = f"{hardware.name}: {target.name} + {draft.name} draft, acceptance {workload.acceptance_mean}"
+    return loop, workload, scenario, title
+
+
+def _hf(args: argparse.Namespace) -> tuple[LoadLoop, Workload, dict[str, Any], str]:
+    steps = args.steps_per_bucket or 30
+    models = ModelConfig(target=args.target or DEMO_MODEL, draft=args.draft or DEMO_MODEL, device="auto")
+    engine = EngineConfig(max_batch=128, max_queued=128, max_context=64 + args.new_tokens + 16, models=models)
+    loaded = load_runner(engine)
+    prompts = prompt_windows(loaded.tokenizer, held_out_documents(), 256, 64)
+    workload = Workload(load=default_load(steps, up_to=128))
+    loop = HFLoop(loaded.runner, prompts, args.new_tokens, workload.load, args.seed)
+    scenario = {
+        "backend": "hf",
+        "model_key": loaded.runner.model_key,
+        "hardware_key": loaded.runner.hardware_key,
+        "prompt_tokens": 64,
+        "new_tokens": args.new_tokens,
+        "steps_per_bucket": steps,
+        "seed": args.seed,
+    }
+    return loop, workload, scenario, f"{loaded.runner.hardware_key}: {loaded.runner.model_key}"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    loop, workload, scenario, title = _hf(args) if args.backend == "hf" else _sim(args)
     policies = baseline_policies()
     store = Store(args.db) if args.db else None
     warm = store is not None and store.load(loop.model_key, loop.hardware_key) is not None
@@ -101,14 +146,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     policy_reports: dict[str, dict[str, Any]] = {name: r.to_json() for name, r in reports.items()}
     policy_reports["adaptive"].update(_learning(raw, workload, reports, warm))
     report = {
-        "scenario": {
-            "backend": "sim",
-            "hardware": asdict(hardware),
-            "target": asdict(target),
-            "draft": asdict(draft),
-            "workload": _jsonable(asdict(workload)),
-            "seed": args.seed,
-        },
+        "scenario": scenario,
         "buckets": list(oracle.k_by_bucket),
         "oracle": oracle.to_json(),
         "policies": policy_reports,
@@ -119,7 +157,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.plot is not None:
         sizes = {b.label: b.hi for b in BATCH_BUCKETS}
         series = {name: r.goodput_by_bucket for name, r in reports.items()}
-        title = f"{hardware.name}: {target.name} + {draft.name} draft, acceptance {workload.acceptance_mean}"
         goodput_by_batch(args.plot, title, series, sizes)
     return report
 

@@ -17,8 +17,13 @@ from adaptivespec.engine.ragged import RaggedLayout
 class ForwardClock:
     """Accumulates wall time spent inside model forwards, to separate it from engine overhead."""
 
-    seconds: float = field(default=0.0)
+    seconds: float = field(default=0.0)  # since the last lap
+    total: float = field(default=0.0)  # since the start, for whole-run overhead figures
     sync: bool = False  # on cuda, wait for the kernels so the time is real
+
+    def add(self, seconds: float) -> None:
+        self.seconds += seconds
+        self.total += seconds
 
     def lap(self) -> float:
         """Returns the time accumulated since the last lap and resets it."""
@@ -59,7 +64,7 @@ class CachedModel:
         )
         if self.clock.sync:
             torch.cuda.synchronize()
-        self.clock.seconds += time.perf_counter() - began
+        self.clock.add(time.perf_counter() - began)
         return out.logits
 
     def prefill(self, row_start: int, prompts: list[list[int]]) -> torch.Tensor:

@@ -8,6 +8,8 @@ import pytest
 from adaptivespec.bench.control import crossover
 from adaptivespec.cli import main
 
+from ..conftest import TinyPair
+
 
 def test_crossover_is_the_start_of_the_trailing_run_of_zeros() -> None:
     assert crossover({"1": 4, "2": 3, "3-4": 0, "5-8": 2, "9-12": 0, "13-16": 0}) == 9
@@ -79,3 +81,17 @@ def test_bench_serve_compares_http_with_direct(tmp_path: Path, capsys: pytest.Ca
     assert result["direct_tok_s"] > 0 and result["http_tok_s"] > 0
     assert result["ratio"] == pytest.approx(result["http_tok_s"] / result["direct_tok_s"])
     assert "ratio" in capsys.readouterr().out
+
+
+def test_bench_control_runs_on_the_real_engine(
+    tiny_pair: TinyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "hf.json"
+    args = ["bench", "control", "--backend", "hf", "--target", str(tiny_pair.target), "--draft", str(tiny_pair.draft)]
+    args += ["--steps-per-bucket", "3", "--new-tokens", "8", "--json", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["scenario"]["backend"] == "hf"
+    assert report["buckets"][0] == "1" and report["buckets"][-1] == "97-128"
+    assert {"adaptive", "oracle", "off", "always-k4"} <= report["policies"].keys()
+    assert report["policies"]["oracle"]["ratio_to_oracle"] == pytest.approx(1.0)

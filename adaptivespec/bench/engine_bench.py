@@ -1,0 +1,191 @@
+"""`adaptivespec bench engine`: our engine against transformers' own generation, in one process.
+
+Every pair of runs decodes greedily in fp32 and must produce the same tokens; each case also
+reports our framework overhead: wall time not spent inside model forwards, as a fraction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from adaptivespec.bench.steps import compare_with_dynamic_cache, prompt_windows
+from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.demo_models import held_out_documents
+from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.hf_runner import HFRunner
+from adaptivespec.engine.loader import LoadedModels, hardware_key, load_runner
+from adaptivespec.engine.proposers import DraftModelProposer
+from adaptivespec.engine.sampling import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    ours_tok_s: float
+    baseline: str
+    baseline_tok_s: float
+    ratio: float
+    same_output: bool
+    overhead_frac: float
+    k: int
+
+
+def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = kinds.add_parser("engine", help="our engine against transformers generate / assisted generation")
+    bench.add_argument("--target", default=DEMO_MODEL)
+    bench.add_argument("--draft", default=DEMO_MODEL)
+    bench.add_argument("--new-tokens", type=int, default=128)
+    bench.add_argument("--batches", default="8,32,64")
+    bench.add_argument("--json", type=Path, required=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    models = ModelConfig(target=args.target, draft=args.draft, device="cpu", dtype="float32")
+    config = EngineConfig(max_batch=64, max_context=1100, models=models)
+    loaded = load_runner(config)
+    prompts = prompt_windows(loaded.tokenizer, held_out_documents(), 64, 32)
+    cases = asyncio.run(_cases(loaded, config, prompts, args))
+    long_prompts = prompt_windows(loaded.tokenizer, held_out_documents(), 16, 1024)
+    cases.append(_cache_case(loaded.runner, long_prompts))
+    for case in cases:
+        print(f"{case.name:<30} ours {case.ours_tok_s:>7.0f} tok/s", end="  ")
+        print(f"{case.baseline:<24} {case.baseline_tok_s:>7.0f} tok/s  ratio {case.ratio:>5.2f}", end="  ")
+        print(f"same {case.same_output}  overhead {case.overhead_frac:.3f}  K={case.k}")
+    report = {
+        "machine": {"hardware_key": hardware_key(torch.device("cpu")), "torch": torch.__version__},
+        "cases": [asdict(c) for c in cases],
+    }
+    args.json.write_text(json.dumps(report, indent=2))
+
+
+async def _cases(
+    loaded: LoadedModels, config: EngineConfig, prompts: list[list[int]], args: argparse.Namespace
+) -> list[Case]:
+    runner = loaded.runner
+    n = args.new_tokens
+    best_k = await _best_k(loaded, config, prompts[1], n)
+    ours, ours_rate, overhead = await _ours(loaded, config, prompts[:1], n, best_k, ignore_eos=False)
+    assisted, assisted_rate = _hf(runner, prompts[:1], n, assisted=True)
+    plain, plain_rate = _hf(runner, prompts[:1], n, assisted=False)
+    cases = [
+        Case(
+            "b1-spec-vs-hf-assisted",
+            ours_rate,
+            "generate(assistant_model)",
+            assisted_rate,
+            ours_rate / assisted_rate,
+            ours == assisted,
+            overhead,
+            best_k,
+        ),
+        Case(
+            "b1-spec-vs-hf-generate",
+            ours_rate,
+            "generate",
+            plain_rate,
+            ours_rate / plain_rate,
+            ours == plain,
+            overhead,
+            best_k,
+        ),
+    ]
+    for batch in (int(b) for b in args.batches.split(",")):
+        ours, ours_rate, overhead = await _ours(loaded, config, prompts[:batch], n, 0, ignore_eos=True)
+        theirs, their_rate = _hf(runner, prompts[:batch], n, assisted=False, ignore_eos=True)
+        cases.append(
+            Case(
+                f"b{batch}-plain-vs-hf-generate",
+                ours_rate,
+                "generate (padded batch)",
+                their_rate,
+                ours_rate / their_rate,
+                ours == theirs,
+                overhead,
+                0,
+            )
+        )
+    return cases
+
+
+async def _best_k(loaded: LoadedModels, config: EngineConfig, prompt: list[int], n: int) -> int:
+    """The best fixed K at batch 1 on a held-out prompt that is not the measured one."""
+    rates = {}
+    for k in (1, 2, 3, 4, 6):
+        rates[k] = (await _ours(loaded, config, [prompt], n, k, ignore_eos=True))[1]
+    return max(rates, key=rates.__getitem__)
+
+
+async def _ours(
+    loaded: LoadedModels, config: EngineConfig, prompts: list[list[int]], n: int, k: int, *, ignore_eos: bool
+) -> tuple[list[list[int]], float, float]:
+    engine = Engine(loaded.runner, loaded.tokenizer, FixedK(k), config)
+    await engine.start()
+    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=ignore_eos)
+    clock = loaded.runner.clock
+    try:
+        await engine.generate(prompts[0], SamplingParams(max_tokens=4, temperature=0.0))  # warm-up
+        forward_before = clock.total
+        began = time.perf_counter()
+        done = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+        wall = time.perf_counter() - began
+        forward = clock.total - forward_before
+    finally:
+        await engine.stop()
+    tokens = [c.token_ids for c in done]
+    return tokens, sum(len(t) for t in tokens) / wall, 1.0 - forward / wall
+
+
+def _hf(
+    runner: HFRunner, prompts: list[list[int]], n: int, assisted: bool, ignore_eos: bool = False
+) -> tuple[list[list[int]], float]:
+    model = runner.target.model
+    width = max(len(p) for p in prompts)
+    pad = 0
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    options: dict[str, Any] = {"max_new_tokens": n, "do_sample": False, "pad_token_id": pad}
+    if ignore_eos:
+        options["eos_token_id"] = None
+    if assisted and isinstance(runner.proposer, DraftModelProposer):
+        options["assistant_model"] = runner.proposer.draft.model
+    with torch.inference_mode():
+        warm = {"max_new_tokens": 2, "do_sample": False, "pad_token_id": pad}
+        model.generate(ids[:1, -4:], attention_mask=mask[:1, -4:], **warm)  # type: ignore[operator]
+        began = time.perf_counter()
+        out = model.generate(ids, attention_mask=mask, **options)  # type: ignore[operator]
+        wall = time.perf_counter() - began
+    tokens = [_until_eos(row[width:].tolist(), runner.eos_token_ids, ignore_eos) for row in out]
+    return tokens, sum(len(t) for t in tokens) / wall
+
+
+def _until_eos(tokens: list[int], eos: frozenset[int], ignore_eos: bool) -> list[int]:
+    if ignore_eos:
+        return tokens
+    for i, token in enumerate(tokens):
+        if token in eos:
+            return tokens[: i + 1]
+    return tokens
+
+
+def _cache_case(runner: HFRunner, prompts: list[list[int]]) -> Case:
+    result = compare_with_dynamic_cache(runner, prompts, steps=10)
+    tokens = len(prompts)
+    return Case(
+        "ctx1024-step-vs-dynamiccache",
+        tokens / result.ours_ms * 1000,
+        "DynamicCache step",
+        tokens / result.dynamic_cache_ms * 1000,
+        result.ratio,
+        True,
+        float("nan"),
+        0,
+    )

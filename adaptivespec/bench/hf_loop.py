@@ -1,0 +1,101 @@
+"""A closed load loop on the real `hf` runner, for `bench control --backend hf`.
+
+Each phase keeps B rows decoding on the real models; a row that has generated its budget is
+re-prefilled with the next held-out prompt. Phases start from seeded budgets, so every
+policy sees the same prompts in the same order. Time is wall time, measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from adaptivespec.controller.policy import SpecPolicy
+from adaptivespec.engine.hf_runner import HFRunner
+from adaptivespec.engine.runner import DecodeOutput, PrefillItem
+from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.telemetry import StepTelemetry
+from adaptivespec.sim.loop import PhaseResult, StepSink
+from adaptivespec.sim.workload import Phase
+
+GREEDY = SamplingParams(max_tokens=1, temperature=0.0)
+
+
+class HFLoop:
+    def __init__(
+        self, runner: HFRunner, prompts: list[list[int]], new_tokens: int, load: tuple[Phase, ...], seed: int
+    ) -> None:
+        self.runner = runner
+        self.prompts = prompts
+        self.new_tokens = new_tokens
+        self.load = load
+        self.seed = seed
+        self.model_key = runner.model_key
+        self.hardware_key = runner.hardware_key
+
+    def run(
+        self,
+        policy: SpecPolicy,
+        on_step: StepSink | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[PhaseResult]:
+        results = []
+        for index, phase in enumerate(self.load):
+            results.append(self._phase(index, phase, policy, on_step))
+            if progress is not None:
+                progress(phase.steps)
+        return results
+
+    def _phase(self, index: int, phase: Phase, policy: SpecPolicy, on_step: StepSink | None) -> PhaseResult:
+        rng = np.random.default_rng([self.seed, index])
+        batch = phase.concurrency
+        next_prompt = int(rng.integers(len(self.prompts)))
+        for start in range(0, batch, 16):
+            items = [self._item(next_prompt + r) for r in range(start, min(start + 16, batch))]
+            self.runner.prefill(start, items)
+        next_prompt += batch
+        remaining = rng.integers(1, self.new_tokens + 1, batch)  # a batch caught mid-generation
+        result = PhaseResult(batch)
+        for _ in range(phase.steps):
+            lens = self.runner.rows.lens[:batch]
+            k = policy.k_for(batch, int(lens.float().mean()))
+            out = self.runner.decode(batch, k)
+            emitted = np.minimum(np.array([len(t) for t in out.tokens]), remaining)
+            remaining -= emitted
+            result.steps += 1
+            result.tokens += int(emitted.sum())
+            result.seconds += out.step_seconds
+            result.k_counts[out.k] = result.k_counts.get(out.k, 0) + 1
+            result.itl_seconds.append(out.step_seconds / np.maximum(emitted, 1))
+            result.itl_weights.append(emitted)
+            result.goodput_trace.append(float(emitted.sum()) / out.step_seconds)
+            if on_step is not None:
+                on_step(self._record(out, batch, float(lens.float().mean()), int(emitted.sum())))
+            for row in np.flatnonzero(remaining <= 0).tolist():
+                began = time.perf_counter()
+                self.runner.prefill(row, [self._item(next_prompt)])
+                result.seconds += time.perf_counter() - began
+                next_prompt += 1
+                remaining[row] = self.new_tokens
+        return result
+
+    def _item(self, index: int) -> PrefillItem:
+        return PrefillItem(self.prompts[index % len(self.prompts)], GREEDY, 0)
+
+    def _record(self, out: DecodeOutput, batch: int, context: float, emitted: int) -> StepTelemetry:
+        return StepTelemetry(
+            model_key=self.model_key,
+            hardware_key=self.hardware_key,
+            batch_size=batch,
+            k=out.k,
+            mean_context_len=context,
+            drafted=sum(out.drafted),
+            accepted=sum(out.accepted),
+            emitted=max(emitted, 1),
+            draft_seconds=out.draft_seconds,
+            verify_seconds=out.verify_seconds,
+            step_seconds=out.step_seconds,
+            timestamp=time.time(),
+        )
