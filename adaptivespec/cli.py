@@ -17,7 +17,7 @@ from pathlib import Path
 from adaptivespec.bench import commands as bench_commands
 from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
-from adaptivespec.engine.engine import Completion, Engine
+from adaptivespec.engine.engine import Completion, Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.errors import AdaptiveSpecError
@@ -112,13 +112,17 @@ async def _generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
         max_context=args.max_context,
         models=models,
     )
-    loaded = load_runner(config)
-    engine = Engine(loaded.runner, loaded.tokenizer, FixedK(args.k), config)
-    await engine.start()
+    compute = compute_thread()
     try:
-        completions = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+        loaded = await asyncio.get_running_loop().run_in_executor(compute, load_runner, config)
+        engine = Engine(loaded.runner, loaded.tokenizer, FixedK(args.k), config, compute=compute)
+        await engine.start()
+        try:
+            completions = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+        finally:
+            await engine.stop()
     finally:
-        await engine.stop()
+        compute.shutdown(wait=True)
     return list(zip(prompts, completions, strict=True))
 
 

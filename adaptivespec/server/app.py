@@ -11,7 +11,7 @@ from aiohttp import web
 
 from adaptivespec.config import ServeConfig
 from adaptivespec.controller.controller import Controller
-from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.runner import Runner
 from adaptivespec.engine.tokenizer import ByteTokenizer, Tokenizer
@@ -80,13 +80,14 @@ def _runner(config: ServeConfig) -> tuple[Runner, Tokenizer, bool]:
 async def runtime(app: web.Application) -> AsyncIterator[None]:
     """Models, store (migrations run here), controller and engine, in that order; torn down in reverse."""
     config = app[CONFIG]
-    runner, tokenizer, chat = await asyncio.get_running_loop().run_in_executor(None, _runner, config)
+    compute = compute_thread()  # the models load on the thread that will run them
+    runner, tokenizer, chat = await asyncio.get_running_loop().run_in_executor(compute, _runner, config)
     store = Store(config.db)
     controller = Controller(runner.model_key, runner.hardware_key)
     saved = store.load(runner.model_key, runner.hardware_key)
     if saved is not None:
         controller.restore(saved)  # applied before the first step
-    engine = Engine(runner, tokenizer, controller.live, config.engine)
+    engine = Engine(runner, tokenizer, controller.live, config.engine, compute=compute)
     name = config.served_model_name or runner.model_key
     app[SERVICES] = Services(engine, tokenizer, controller, store, name, chat, app[LIFECYCLE])
     lock = asyncio.Lock()
@@ -119,6 +120,7 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(Exception):
             await flush()
         store.close()
+        compute.shutdown(wait=True)
 
 
 async def _periodic(flush: Callable[[], Awaitable[None]], seconds: float) -> None:
