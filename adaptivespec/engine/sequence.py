@@ -47,6 +47,9 @@ class Sequence:
         self.stats = SequenceStats()
         self.events: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self._sent_text = ""
+        self._text = ""  # detokenized output so far
+        self._prefix = 0  # detokenization window: output_ids[_prefix:] is re-decoded each step
+        self._read = 0
         self._stop_len = max((len(s) for s in params.stop), default=0)
 
     def __len__(self) -> int:
@@ -75,12 +78,27 @@ class Sequence:
             if finish:
                 break
         self.output_ids.extend(new)
-        text = str(tokenizer.decode(self.output_ids, skip_special_tokens=True))
+        text = self._detokenize(tokenizer, flush=finish is not None)
         cut = self._stop_cut(text)
         if cut is not None:
             text, finish = text[:cut], "stop"
         shown = text if finish else text[: len(text) - self._held_back(text)]
         self._emit(tuple(new), shown, finish)
+
+    def _detokenize(self, tokenizer: Tokenizer, flush: bool) -> str:
+        """Incremental: decodes a window of a few tokens per step, not the whole output.
+
+        The window starts a few tokens back (prefix) so that byte-level merges and multi-byte
+        characters decode as they would in the full text; a window ending in a partial
+        character waits for the next tokens unless the sequence is finishing.
+        """
+        ids = self.output_ids
+        before = str(tokenizer.decode(ids[self._prefix : self._read], skip_special_tokens=True))
+        after = str(tokenizer.decode(ids[self._prefix :], skip_special_tokens=True))
+        if len(after) > len(before) and (flush or not after.endswith("\ufffd")):
+            self._text += after[len(before) :]
+            self._prefix, self._read = self._read, len(ids)
+        return self._text
 
     def fail(self, reason: str, error: str | None = None) -> None:
         """Ends the stream now (abort, engine error, shutdown)."""
@@ -90,7 +108,7 @@ class Sequence:
     def _emit(
         self, tokens: tuple[int, ...], shown: str, finish: str | None, error: str | None = None
     ) -> None:
-        delta = shown[len(self._sent_text) :] if shown.startswith(self._sent_text) else ""
+        delta = shown[len(self._sent_text) :]  # the text only grows; held-back text was never sent
         self._sent_text += delta
         if finish:
             self.status = Status.FINISHED

@@ -87,7 +87,16 @@ def test_bench_control_runs_on_the_real_engine(
     tiny_pair: TinyPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "hf.json"
-    args = ["bench", "control", "--backend", "hf", "--target", str(tiny_pair.target), "--draft", str(tiny_pair.draft)]
+    args = [
+        "bench",
+        "control",
+        "--backend",
+        "hf",
+        "--target",
+        str(tiny_pair.target),
+        "--draft",
+        str(tiny_pair.draft),
+    ]
     args += ["--steps-per-bucket", "3", "--new-tokens", "8", "--json", str(out)]
     assert main(args) == 0
     report = json.loads(out.read_text())

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.sequence import Sequence
+from adaptivespec.engine.tokenizer import ByteTokenizer
+
+
+def _stream(text: str, params: SamplingParams, per_step: int) -> tuple[str, list[str], str | None]:
+    tokenizer = ByteTokenizer()
+    sequence = Sequence([1], params, seed=0, max_context=4096)
+    ids = tokenizer.encode(text)
+    for start in range(0, len(ids), per_step):
+        if sequence.finished:
+            break
+        sequence.add_tokens(ids[start : start + per_step], frozenset(), tokenizer)
+    events = [sequence.events.get_nowait() for _ in range(sequence.events.qsize())]
+    return "".join(e.text for e in events), [e.text for e in events], events[-1].finish_reason
+
+
+def test_multibyte_characters_are_never_split_across_events() -> None:
+    text = "héllo wörld 😀 ok"
+    for per_step in (1, 2, 3):
+        joined, deltas, finish = _stream(text, SamplingParams(max_tokens=len(text.encode())), per_step)
+        assert joined == text and finish == "length"
+        assert not any("\ufffd" in d for d in deltas)
+
+
+def test_stop_string_split_across_steps_is_cut_and_never_shown() -> None:
+    params = SamplingParams(max_tokens=100, stop=("STOP",))
+    joined, deltas, finish = _stream("abc ST0 def STOP ghi", params, per_step=2)
+    assert joined == "abc ST0 def " and finish == "stop"  # nothing of "STOP" was ever streamed
+    assert all(deltas)
