@@ -44,10 +44,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     where = control.add_mutually_exclusive_group()
     where.add_argument("--hardware", help=f"preset: {', '.join(specs.HARDWARE_PRESETS)}")
     where.add_argument("--hardware-spec", type=Path, help="JSON file with the HardwareSpec keys")
-    control.add_argument(
-        "--target", required=True, help=f"preset ({', '.join(specs.MODEL_PRESETS)}) or FILE.json"
-    )
-    control.add_argument("--draft", required=True, help="preset or FILE.json, as --target")
+    targets = ", ".join(specs.MODEL_PRESETS)
+    control.add_argument("--target", help=f"sim: a preset ({targets}) or FILE.json; hf: model dir or demo")
+    control.add_argument("--draft", help="sim: a preset or FILE.json; hf: a draft model dir or 'demo'")
     load = control.add_mutually_exclusive_group()
     load.add_argument("--acceptance", type=float, help="mean acceptance rate (default 0.7)")
     load.add_argument("--workload", type=Path, help="workload JSON file")

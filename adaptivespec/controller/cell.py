@@ -103,7 +103,8 @@ class Cell:
             self._dwell_left -= 1
             return self.current
         self.current = bandit.pull(self.candidates)
-        self._dwell_left = self.settings.dwell - 1
+        # An unmeasured arm needs one step to price it (acceptance is pooled); a measured one is held.
+        self._dwell_left = self.settings.dwell - 1 if self.current in predicted else 0
         return self.current
 
     def _refresh(self, predicted: dict[int, float], bounds: dict[int, float]) -> ArmPolicy:
