@@ -36,6 +36,9 @@ def invert_rate(rate: float, k: int) -> float:
     return alpha
 
 
+PRIOR_ROWS = 20.0
+
+
 @dataclass(slots=True)
 class DecayedRatio:
     accepted: float = 0.0
@@ -70,13 +73,17 @@ class AcceptanceEstimator:
         return expected_tokens(self.alpha(ctx), k)
 
     def alpha(self, ctx: int) -> float:
-        """Per-token rate pooled over every measured K, rows-weighted (the prior until then)."""
-        weight = total = 0.0
+        """Per-token rate pooled over every measured K, rows-weighted, with the prior as PRIOR_ROWS rows.
+
+        The prior keeps a few unlucky rows at batch 1 from making every K > 0 look worthless,
+        which would stop the measurements that could correct it.
+        """
+        weight, total = PRIOR_ROWS, PRIOR_ROWS * self._prior[ctx]
         for k, ratio in self._by_k[ctx].items():
             if ratio.rows >= 1.0:
                 weight += ratio.rows
                 total += ratio.rows * invert_rate(ratio.per_row / k, k)
-        return total / weight if weight else self._prior[ctx]
+        return total / weight
 
     def rows(self, ctx: int) -> float:
         return sum(r.rows for r in self._by_k[ctx].values())

@@ -33,6 +33,7 @@ from adaptivespec.engine.telemetry import StepTelemetry, Subscription
 
 log = logging.getLogger(__name__)
 CellKey = tuple[int, int]  # (context bucket, batch bucket)
+MIN_SAVED_ROWS = 100
 INITIAL_SLOPE = 0.15  # relative cost of one more draft token, before anything is measured
 
 
@@ -218,7 +219,7 @@ class Controller:
         acceptance = tuple(
             AcceptanceState(ctx, self.acceptance.alpha(ctx), 0.0, int(self.acceptance.rows(ctx)))
             for ctx in range(len(CONTEXT_BUCKETS))
-            if self.acceptance.rows(ctx) > 0
+            if self.acceptance.rows(ctx) >= MIN_SAVED_ROWS  # too few rows are a worse prior than the default
         )
         return ControllerState(
             self.model_key, self.hardware_key, self.version, self.frozen, cells, acceptance, self.overrides
