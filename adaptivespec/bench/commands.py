@@ -6,6 +6,7 @@ import argparse
 import json
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -56,20 +57,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.bench == "control":
-        control_command.run(args)
-        return
-    if args.bench == "calibrate":
-        calibrate_command.run(args)
-        return
-    if args.bench == "controller":
-        controller_bench.run(args)
-        return
-    if args.bench == "serve":
-        serve_bench.run(args)
-        return
-    if args.bench == "engine":
-        engine_bench.run(args)
+    commands: dict[str, Callable[[argparse.Namespace], object]] = {
+        "control": control_command.run,
+        "calibrate": calibrate_command.run,
+        "controller": controller_bench.run,
+        "serve": serve_bench.run,
+        "engine": engine_bench.run,
+    }
+    if args.bench in commands:
+        commands[args.bench](args)
         return
     handlers = {"steps": _steps, "cache": _cache, "acceptance": _acceptance}
     result = {"machine": _machine(), **handlers[args.bench](args)}
