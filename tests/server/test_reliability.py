@@ -108,7 +108,9 @@ FIELDS = st.fixed_dictionaries(
 ENDPOINTS = ["/v1/completions", "/v1/chat/completions", "/admin/overrides", "/admin/freeze"]
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(body=FIELDS | JSON, endpoint=st.sampled_from(ENDPOINTS))
 async def test_fuzzed_bodies_never_get_a_5xx(
     sim_client: TestClient[Any, Any], body: Any, endpoint: str
