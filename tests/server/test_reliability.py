@@ -109,7 +109,10 @@ ENDPOINTS = ["/v1/completions", "/v1/chat/completions", "/admin/overrides", "/ad
 
 
 @settings(
-    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(body=FIELDS | JSON, endpoint=st.sampled_from(ENDPOINTS))
 async def test_fuzzed_bodies_never_get_a_5xx(
