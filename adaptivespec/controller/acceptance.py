@@ -59,10 +59,12 @@ class AcceptanceEstimator:
         self.min_rows = min_rows  # rows before a K's own average replaces the pooled model
         self._prior = [prior] * contexts
         self._by_k: list[dict[int, DecayedRatio]] = [{} for _ in range(contexts)]
+        self._alpha: list[float | None] = [None] * contexts  # pooled rate, recomputed after an update
 
     def observe(self, ctx: int, drafted: int, accepted: int, k: int, rows: int) -> None:
         if k > 0 and drafted > 0:
             self._by_k[ctx].setdefault(k, DecayedRatio()).update(accepted, rows, self.decay)
+            self._alpha[ctx] = None
 
     def expected_tokens(self, ctx: int, k: int) -> float:
         if k == 0:
@@ -78,11 +80,15 @@ class AcceptanceEstimator:
         The prior keeps a few unlucky rows at batch 1 from making every K > 0 look worthless,
         which would stop the measurements that could correct it.
         """
+        cached = self._alpha[ctx]
+        if cached is not None:
+            return cached
         weight, total = PRIOR_ROWS, PRIOR_ROWS * self._prior[ctx]
         for k, ratio in self._by_k[ctx].items():
             if ratio.rows >= 1.0:
                 weight += ratio.rows
                 total += ratio.rows * invert_rate(ratio.per_row / k, k)
+        self._alpha[ctx] = total / weight
         return total / weight
 
     def rows(self, ctx: int) -> float:
@@ -91,3 +97,4 @@ class AcceptanceEstimator:
     def seed(self, ctx: int, alpha: float) -> None:
         """Restores a saved rate as the prior, until fresh measurements outweigh it."""
         self._prior[ctx] = alpha
+        self._alpha[ctx] = None

@@ -79,7 +79,6 @@ class Controller:
         self.rejected = 0
         self.history: deque[DecisionChange] = deque(maxlen=self.config.history_limit)
         self.dirty: set[CellKey] = set()
-        self._serial = 0
         start = initial_k(self.config.settings.arms, self.acceptance.alpha(0), INITIAL_SLOPE)
         self.live = LivePolicy(PolicySnapshot.uniform(start))
 
@@ -125,18 +124,19 @@ class Controller:
     # ---- publication -----------------------------------------------------------------
     def _publish(self, key: CellKey) -> None:
         ctx, batch = key
-        cell = self.cells.get(key)
-        learned = self._learned_k(key)
-        best_on = max((k for k in self.config.settings.arms if k > 0), default=0)
-        if cell is not None and cell.samples:
-            predicted = cell.predictions(self._acceptance(ctx))
-            positive = [k for k in predicted if k > 0]
-            best_on = max(positive, key=lambda k: predicted[k], default=best_on)
-        k = effective_k(self.overrides, ctx, batch, learned, best_on)
+        k = effective_k(self.overrides, ctx, batch, self._learned_k(key), lambda: self._best_on(key))
         snapshot = self.live.snapshot
         if snapshot.table[ctx][batch] != k or snapshot.version != self.version:
-            self._serial += 1
             self.live.snapshot = snapshot.with_cell(ctx, batch, k, self.version)
+
+    def _best_on(self, key: CellKey) -> int:
+        """The best measured K > 0 of a cell, for "force on"; only asked for when that override applies."""
+        fallback = max((k for k in self.config.settings.arms if k > 0), default=0)
+        cell = self.cells.get(key)
+        if cell is None or not cell.samples:
+            return fallback
+        predicted = cell.predictions(self._acceptance(key[0]))
+        return max((k for k in predicted if k > 0), key=predicted.__getitem__, default=fallback)
 
     def _learned_k(self, key: CellKey) -> int:
         cell = self.cells.get(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,7 +41,9 @@ class Override:
         return (self.ctx_bucket is not None) + (self.batch_bucket is not None)
 
 
-def effective_k(overrides: tuple[Override, ...], ctx: int, batch: int, learned: int, best_on: int) -> int:
+def effective_k(
+    overrides: tuple[Override, ...], ctx: int, batch: int, learned: int, best_on: Callable[[], int]
+) -> int:
     """The K the engine gets: the most specific override covering the cell, else the learned K."""
     covering = [o for o in overrides if o.covers(ctx, batch)]
     if not covering:
@@ -50,4 +53,4 @@ def effective_k(overrides: tuple[Override, ...], ctx: int, batch: int, learned: 
         return int(winner.k or 0)
     if winner.kind == "force_off":
         return 0
-    return learned if learned > 0 else best_on
+    return learned if learned > 0 else best_on()

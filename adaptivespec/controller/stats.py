@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 
@@ -22,10 +21,3 @@ class EWStat:
         delta = x - self.mean
         self.mean += weight * delta
         self.var = (1 - weight) * (self.var + weight * delta * delta)
-
-    @property
-    def stderr(self) -> float:
-        if self.count < 2:
-            return math.inf
-        effective = min(self.count, max(1.0, 2.0 / self.fading - 1.0))
-        return math.sqrt(self.var / effective)
