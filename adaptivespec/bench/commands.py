@@ -123,7 +123,7 @@ def _acceptance(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _machine() -> dict[str, Any]:
-    from adaptivespec.engine.loader import hardware_key, resolve_device
+    from adaptivespec.engine.hardware import hardware_key, resolve_device
 
     return {
         "hardware_key": hardware_key(resolve_device("auto")),

@@ -23,8 +23,9 @@ from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import Engine, compute_thread
+from adaptivespec.engine.hardware import hardware_key
 from adaptivespec.engine.hf_runner import HFRunner
-from adaptivespec.engine.loader import LoadedModels, hardware_key, load_runner
+from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.proposers import DraftModelProposer
 from adaptivespec.engine.sampling import SamplingParams
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from adaptivespec.engine.attention import AttentionSpec
 from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
 from adaptivespec.engine.ragged import RaggedLayout
 
@@ -40,6 +41,9 @@ class CachedModel:
             CacheShape.from_config(model.config, max_batch, cache_len), param.dtype, param.device
         )
         self.clock = clock
+        self.dtype = param.dtype
+        eager = getattr(model.config, "_attn_implementation", None) == "eager"
+        self.attention = AttentionSpec.from_config(model.config, additive=eager)
         # transformers 5.x renamed `past_key_values` to `cache`; accept either.
         params = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -57,7 +61,7 @@ class CachedModel:
         out = self.model(
             input_ids=input_ids,
             position_ids=layout.positions,
-            attention_mask=layout.mask,
+            attention_mask=self.attention.masks(layout, self.dtype),
             use_cache=True,
             logits_to_keep=1 if last_only else 0,
             **{self.cache_kwarg: self.cache},

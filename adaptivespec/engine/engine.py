@@ -150,7 +150,7 @@ class Engine:
         ids = [int(t) for t in prompt]
         if not ids:
             raise InvalidRequestError("prompt is empty; send at least one token", "prompt")
-        vocab = len(self.tokenizer)
+        vocab = self.runner.vocab_rows
         if any(t < 0 or t >= vocab for t in ids):
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})", "prompt")
         return ids
@@ -169,7 +169,7 @@ class Engine:
                 "max_tokens",
             )
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
-        return Sequence(prompt_ids, params, seed, limit)
+        return Sequence(prompt_ids, params, seed, limit, self.tokenizer)
 
     async def _stream(self, sequence: Sequence) -> AsyncIterator[TokenEvent]:
         try:
@@ -223,7 +223,7 @@ class Engine:
                 sequence.fail("error", f"prefill failed: {type(exc).__name__}")
             return
         for sequence, token in zip(sequences, first_tokens, strict=True):
-            sequence.add_tokens([token], self.runner.eos_token_ids, self.tokenizer)
+            sequence.add_tokens([token], self.runner.eos_token_ids)
 
     async def _decode(self, moves: RowMoves, batch: list[Sequence]) -> None:
         context = sum(len(s) for s in batch) / len(batch)
@@ -241,6 +241,7 @@ class Engine:
                 sequence.fail("error", f"decode step failed: {type(exc).__name__}")
             return
         self.steps += 1
+        kept = 0
         for sequence, tokens, drafted, accepted in zip(
             batch, out.tokens, out.drafted, out.accepted, strict=True
         ):
@@ -248,10 +249,10 @@ class Engine:
             sequence.stats.drafted += drafted
             sequence.stats.accepted += accepted
             if not sequence.finished:
-                sequence.add_tokens(tokens, self.runner.eos_token_ids, self.tokenizer)
-        self.telemetry.publish(self._record(out, len(batch), context))
+                kept += sequence.add_tokens(tokens, self.runner.eos_token_ids)
+        self.telemetry.publish(self._record(out, len(batch), context, kept))
 
-    def _record(self, out: DecodeOutput, batch_size: int, context: float) -> StepTelemetry:
+    def _record(self, out: DecodeOutput, batch_size: int, context: float, emitted: int) -> StepTelemetry:
         return StepTelemetry(
             model_key=self.runner.model_key,
             hardware_key=self.runner.hardware_key,
@@ -260,7 +261,7 @@ class Engine:
             mean_context_len=context,
             drafted=sum(out.drafted),
             accepted=sum(out.accepted),
-            emitted=sum(len(t) for t in out.tokens),
+            emitted=emitted,  # tokens the requests kept; none past a stop condition
             draft_seconds=out.draft_seconds,
             verify_seconds=out.verify_seconds,
             step_seconds=out.step_seconds,

@@ -8,6 +8,7 @@ columns, so ragged acceptance needs no rollback beyond forgetting the rejected c
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import torch
 from transformers import PreTrainedModel
@@ -45,6 +46,7 @@ class HFRunner:
         # Verify writes up to column len-1+K; the last column is the pad sink (see ragged.py).
         self.cache_len = max_context + max_spec_tokens + 1
         self.target = CachedModel(target, max_batch, self.cache_len, clock)
+        self.vocab_rows = int(cast(torch.nn.Embedding, target.get_input_embeddings()).num_embeddings)
         self.device = self.target.device
         self.rows = RowState.allocate(max_batch, self.cache_len, self.device)
         self._temperature = torch.ones(max_batch)

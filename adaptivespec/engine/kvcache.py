@@ -26,6 +26,7 @@ class CacheShape:
 
     @classmethod
     def from_config(cls, config: PretrainedConfig, max_batch: int, max_len: int) -> CacheShape:
+        config = config.get_text_config()  # multimodal models nest the language model's config
         heads = int(config.num_attention_heads)
         head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads

@@ -1,61 +1,37 @@
-"""Loading target and draft models: local directories, hub ids from the local cache, or the demo pair."""
+"""Loading a runner: resolve where the models come from, refuse what cannot run exactly, load, wire."""
 
 from __future__ import annotations
 
 import os
-import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
-from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.config import EngineConfig
+from adaptivespec.engine.attention import attention_implementation, check_supported
 from adaptivespec.engine.cached_model import ForwardClock
+from adaptivespec.engine.hardware import hardware_key, resolve_device, resolve_dtype
 from adaptivespec.engine.hf_runner import HFRunner
+from adaptivespec.engine.model_sources import ModelSource, resolve_models
 from adaptivespec.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from adaptivespec.errors import ModelLoadError
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True, slots=True)
 class LoadedModels:
     runner: HFRunner
     tokenizer: PreTrainedTokenizerBase
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError(
-            "device 'cuda' was asked for, but torch sees no CUDA GPU; use --device cpu or auto"
-        )
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[name]
-
-
-def hardware_key(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda:{torch.cuda.get_device_name(device)}"
-    return f"cpu:{_cpu_model_name()}:{torch.get_num_threads()}"
-
-
-def _cpu_model_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    target: ModelSource
 
 
 def _from_pretrained(loader: Callable[..., object], name: str, **kwargs: object) -> object:
@@ -75,17 +51,20 @@ def _from_pretrained(loader: Callable[..., object], name: str, **kwargs: object)
         ) from exc
 
 
-def load_model(name: str, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
+def load_model(name: str, device: torch.device, dtype: torch.dtype, positions: int) -> PreTrainedModel:
+    """Reads the config first, so that a model the engine cannot run is refused before its weights load."""
+    config = _from_pretrained(AutoConfig.from_pretrained, name)
+    if not isinstance(config, PretrainedConfig):
+        raise ModelLoadError(f"{name!r} has no usable model config")
+    check_supported(config, positions)
     model = _from_pretrained(
-        AutoModelForCausalLM.from_pretrained, name, dtype=dtype, attn_implementation="sdpa"
+        AutoModelForCausalLM.from_pretrained,
+        name,
+        dtype=dtype,
+        attn_implementation=attention_implementation(config),
     )
     if not isinstance(model, PreTrainedModel):
         raise ModelLoadError(f"{name!r} did not load as a causal language model")
-    window = getattr(model.config, "sliding_window", None)
-    if window and getattr(model.config, "use_sliding_window", True):
-        raise ModelLoadError(
-            f"{name!r} uses sliding-window attention, which the slot KV cache does not support yet"
-        )
     torch.nn.Module.to(model, device)
     model.eval()
     return model
@@ -98,27 +77,25 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def check_same_vocabulary(
-    target: PreTrainedModel,
-    draft: PreTrainedModel,
-    tok_target: PreTrainedTokenizerBase,
-    tok_draft: PreTrainedTokenizerBase,
-) -> None:
-    """Speculation compares token ids, so a draft with another vocabulary would be silently wrong."""
-    t_size, d_size = (
-        target.get_output_embeddings().weight.shape[0],
-        draft.get_output_embeddings().weight.shape[0],
-    )
-    if t_size != d_size:
+def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase) -> None:
+    """Speculation compares token ids, so the draft must tokenize exactly as the target does.
+
+    Logit widths may differ (Qwen2.5-72B has 152,064 logits, Qwen2.5-0.5B 151,936, over one
+    tokenizer): the proposer drafts only among the ids both models have.
+    """
+    hint = "pick a draft that shares the target's tokenizer, or use --proposer ngram"
+    if target.get_vocab() != draft.get_vocab():
+        raise ModelLoadError(f"the draft's vocabulary differs from the target's; {hint}")
+    if _special_tokens(target) != _special_tokens(draft):
         raise ModelLoadError(
-            f"draft vocabulary has {d_size} logits but the target has {t_size}; "
-            "pick a draft trained with the target's tokenizer, or use --proposer ngram"
+            f"the draft's special tokens {_special_tokens(draft)} differ from the target's "
+            f"{_special_tokens(target)}; {hint}"
         )
-    if tok_target.get_vocab() != tok_draft.get_vocab():
-        raise ModelLoadError(
-            "draft tokenizer differs from the target's (same size, different tokens); "
-            "pick a draft trained with the target's tokenizer, or use --proposer ngram"
-        )
+
+
+def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[str, int | None]:
+    names = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+    return {name: getattr(tokenizer, name, None) for name in names}
 
 
 def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
@@ -131,18 +108,6 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> froze
     return frozenset(int(i) for i in ids)
 
 
-def model_paths(models: ModelConfig, progress: bool = True) -> tuple[str, str | None]:
-    """Replaces 'demo' by the demo pair's directories, building them on first use."""
-    if DEMO_MODEL not in (models.target, models.draft):
-        return models.target, models.draft
-    from adaptivespec.engine.demo_models import ensure_demo_pair
-
-    pair = ensure_demo_pair(progress=progress)
-    target = str(pair.target) if models.target == DEMO_MODEL else models.target
-    draft = str(pair.draft) if models.draft == DEMO_MODEL else models.draft
-    return target, draft
-
-
 def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     models = config.models
     device = resolve_device(models.device)
@@ -150,20 +115,21 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     if device.type == "cpu":
         # transformers otherwise expands GQA KV heads on masked multi-token passes (~3x a T=1 step).
         os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
-    target_name, draft_name = model_paths(models, progress)
-    target = load_model(target_name, device, dtype)
-    tokenizer = load_tokenizer(target_name)
+    target_source, draft_source = resolve_models(models, progress)
+    positions = config.max_context + config.max_spec_tokens
+    target = load_model(target_source.path, device, dtype, positions)
+    tokenizer = load_tokenizer(target_source.path)
     clock = ForwardClock(sync=device.type == "cuda")
     cache_len = config.max_context + config.max_spec_tokens + 1
     proposer: Proposer
-    if models.proposer == "ngram":
+    if draft_source is None:
         proposer = NgramProposer(models.ngram_max, models.ngram_min)
     else:
-        if draft_name is None:
-            raise ModelLoadError("proposer 'draft' needs --draft PATH (or use --proposer ngram)")
-        draft = load_model(draft_name, device, dtype)
-        check_same_vocabulary(target, draft, tokenizer, load_tokenizer(draft_name))
-        proposer = DraftModelProposer(draft, _short(draft_name), config.max_batch, cache_len, clock)
+        draft = load_model(draft_source.path, device, dtype, positions)
+        check_same_tokenizer(tokenizer, load_tokenizer(draft_source.path))
+        proposer = DraftModelProposer(
+            draft, draft_source.key, config.max_batch, cache_len, clock, target_width=_logit_width(target)
+        )
     runner = HFRunner(
         target,
         proposer,
@@ -171,15 +137,12 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         max_context=config.max_context,
         max_spec_tokens=config.max_spec_tokens,
         eos_token_ids=eos_ids(target, tokenizer),
-        model_key=f"{_short(target_name)}+{proposer.name}:{str(dtype).removeprefix('torch.')}",
+        model_key=f"{target_source.key}+{proposer.name}:{str(dtype).removeprefix('torch.')}",
         hardware_key=hardware_key(device),
         clock=clock,
     )
-    return LoadedModels(runner, tokenizer)
+    return LoadedModels(runner, tokenizer, target_source)
 
 
-def _short(name: str) -> str:
-    path = Path(name)
-    if not path.exists():
-        return name
-    return f"demo-{path.name}" if path.parent.name.startswith("demo-") else path.name
+def _logit_width(model: PreTrainedModel) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])

@@ -42,13 +42,27 @@ class Proposer(Protocol):
 
 
 class DraftModelProposer:
-    """Drafts with a small causal LM that shares the target's vocabulary."""
+    """Drafts with a small causal LM that shares the target's tokenizer.
+
+    The two models' logit widths may differ (padded embedding tables): drafts are drawn
+    only among the ids both have, and q is zero-padded to the target's width.
+    """
 
     def __init__(
-        self, model: PreTrainedModel, name: str, max_batch: int, cache_len: int, clock: ForwardClock
+        self,
+        model: PreTrainedModel,
+        name: str,
+        max_batch: int,
+        cache_len: int,
+        clock: ForwardClock,
+        *,
+        target_width: int | None = None,
     ) -> None:
         self.name = name
         self.draft = CachedModel(model, max_batch, cache_len, clock)
+        own_width = int(model.get_output_embeddings().weight.shape[0])
+        self.target_width = target_width or own_width
+        self.shared_width = min(own_width, self.target_width)
         self.cached = torch.zeros(max_batch, dtype=torch.long, device=self.draft.device)  # [max_batch]
 
     @property
@@ -89,7 +103,7 @@ class DraftModelProposer:
         self.cached[dsts] = self.cached[srcs]
 
     def _forward(self, ids: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
-        return self.draft.forward(0, ids, layout, last_only=True)[:, -1]  # [B, V]
+        return self.draft.forward(0, ids, layout, last_only=True)[:, -1, : self.shared_width]  # [B, V]
 
     def _pick(
         self, logits: torch.Tensor, sampling: BatchSampling
@@ -99,6 +113,7 @@ class DraftModelProposer:
             return argmax, None
         q = probabilities(logits.unsqueeze(1), sampling).squeeze(1)
         sampled = sample_from(q, sampling.uniforms(1, logits.device).squeeze(1))
+        q = torch.nn.functional.pad(q, (0, self.target_width - self.shared_width))  # [B, V_target]
         return torch.where(sampling.greedy.to(logits.device), argmax, sampled), q
 
 

@@ -44,6 +44,7 @@ class Runner(Protocol):
     max_batch: int
     max_spec_tokens: int
     eos_token_ids: frozenset[int]
+    vocab_rows: int  # token ids a prompt may hold: the embedding table's rows, not len(tokenizer)
 
     def describe(self) -> str: ...
 

@@ -7,7 +7,9 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from adaptivespec.engine.detokenizer import Detokenizer
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.stops import StopMatcher
 from adaptivespec.engine.tokenizer import Tokenizer
 
 
@@ -35,7 +37,14 @@ class SequenceStats:
 
 
 class Sequence:
-    def __init__(self, prompt_ids: list[int], params: SamplingParams, seed: int, max_context: int) -> None:
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        seed: int,
+        max_context: int,
+        tokenizer: Tokenizer,
+    ) -> None:
         self.prompt_ids = prompt_ids
         self.params = params
         self.seed = seed
@@ -47,10 +56,8 @@ class Sequence:
         self.stats = SequenceStats()
         self.events: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self._sent_text = ""
-        self._text = ""  # detokenized output so far
-        self._prefix = 0  # detokenization window: output_ids[_prefix:] is re-decoded each step
-        self._read = 0
-        self._stop_len = max((len(s) for s in params.stop), default=0)
+        self._detokenizer = Detokenizer(tokenizer, prompt_ids)
+        self._stops = StopMatcher(params.stop)
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
@@ -62,43 +69,44 @@ class Sequence:
     def abort(self) -> None:
         self.aborted = True
 
-    def add_tokens(self, tokens: Iterable[int], eos_ids: frozenset[int], tokenizer: Tokenizer) -> None:
-        """Appends tokens up to the first stop condition, then emits what is safe to show."""
+    def add_tokens(self, tokens: Iterable[int], eos_ids: frozenset[int]) -> int:
+        """Appends tokens up to the first stop condition, emits what is safe to show, returns how many.
+
+        A step may emit several tokens (accepted drafts plus a bonus); those after a stop
+        condition are dropped, so they are neither returned nor counted.
+        """
         finish: str | None = None
         new: list[int] = []
+        text = self._detokenizer.text
         for token in tokens:
             new.append(token)
-            if token in eos_ids and not self.params.ignore_eos:
-                finish = "stop"
-            elif (
-                len(self.output_ids) + len(new) >= self.params.max_tokens
-                or len(self) + len(new) >= self.max_context
-            ):
-                finish = "length"
+            finish = self._limit_reached(token, len(new), eos_ids)
+            if self._stops:  # token by token, so the tokens after a stop string are known
+                text, finish = self._match_stops([token], finish)
             if finish:
                 break
+        if not self._stops:
+            text = self._detokenizer.extend(new, flush=finish is not None)
         self.output_ids.extend(new)
-        text = self._detokenize(tokenizer, flush=finish is not None)
-        cut = self._stop_cut(text)
-        if cut is not None:
-            text, finish = text[:cut], "stop"
-        shown = text if finish else text[: len(text) - self._held_back(text)]
+        shown = text if finish else text[: len(text) - self._stops.held_back(text)]
         self._emit(tuple(new), shown, finish)
+        return len(new)
 
-    def _detokenize(self, tokenizer: Tokenizer, flush: bool) -> str:
-        """Incremental: decodes a window of a few tokens per step, not the whole output.
+    def _limit_reached(self, token: int, pending: int, eos_ids: frozenset[int]) -> str | None:
+        if token in eos_ids and not self.params.ignore_eos:
+            return "stop"
+        if (
+            len(self.output_ids) + pending >= self.params.max_tokens
+            or len(self) + pending >= self.max_context
+        ):
+            return "length"
+        return None
 
-        The window starts a few tokens back (prefix) so that byte-level merges and multi-byte
-        characters decode as they would in the full text; a window ending in a partial
-        character waits for the next tokens unless the sequence is finishing.
-        """
-        ids = self.output_ids
-        before = str(tokenizer.decode(ids[self._prefix : self._read], skip_special_tokens=True))
-        after = str(tokenizer.decode(ids[self._prefix :], skip_special_tokens=True))
-        if len(after) > len(before) and (flush or not after.endswith("\ufffd")):
-            self._text += after[len(before) :]
-            self._prefix, self._read = self._read, len(ids)
-        return self._text
+    def _match_stops(self, tokens: list[int], finish: str | None) -> tuple[str, str | None]:
+        checked = len(self._detokenizer.text)
+        text = self._detokenizer.extend(tokens, flush=finish is not None)
+        cut = self._stops.find(text, checked)
+        return (text, finish) if cut is None else (text[:cut], "stop")
 
     def fail(self, reason: str, error: str | None = None) -> None:
         """Ends the stream now (abort, engine error, shutdown)."""
@@ -114,20 +122,3 @@ class Sequence:
             self.status = Status.FINISHED
         if tokens or delta or finish:
             self.events.put_nowait(TokenEvent(tokens, delta, finish, error))
-
-    def _stop_cut(self, text: str) -> int | None:
-        if not self.params.stop:
-            return None
-        start = max(0, len(self._sent_text) - self._stop_len)
-        hits = [i for i in (text.find(s, start) for s in self.params.stop) if i >= 0]
-        return min(hits) if hits else None
-
-    def _held_back(self, text: str) -> int:
-        """Characters at the end that may still become a stop string or a multi-byte character."""
-        partial = len(text) - len(text.rstrip("\ufffd"))
-        if partial:
-            return partial
-        for size in range(min(self._stop_len - 1, len(text)), 0, -1):
-            if any(s.startswith(text[-size:]) for s in self.params.stop):
-                return size
-        return 0

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -59,7 +60,16 @@ def create_app(config: ServeConfig, notifier: Notifier | None = None) -> web.App
     return app
 
 
-def _runner(config: ServeConfig) -> tuple[Runner, Tokenizer, bool]:
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    runner: Runner
+    tokenizer: Tokenizer
+    chat: bool  # the tokenizer has a chat template
+    name: str  # the model's own name, listed by /v1/models
+    aliases: frozenset[str]  # other names clients may send as "model" (compared case-insensitively)
+
+
+def _load(config: ServeConfig) -> Loaded:
     if config.backend == "sim":
         cost = StepCostModel(
             specs.hardware(config.sim_hardware), specs.model(config.sim_target), specs.model(config.sim_draft)
@@ -72,24 +82,29 @@ def _runner(config: ServeConfig) -> tuple[Runner, Tokenizer, bool]:
             max_spec_tokens=engine.max_spec_tokens,
             seed=engine.seed,
         )
-        return runner, ByteTokenizer(), False
+        return Loaded(runner, ByteTokenizer(), False, runner.model_key, frozenset())
     loaded = load_runner(config.engine)
-    return loaded.runner, loaded.tokenizer, getattr(loaded.tokenizer, "chat_template", None) is not None
+    chat = getattr(loaded.tokenizer, "chat_template", None) is not None
+    target = loaded.target
+    aliases = {config.engine.models.target, target.served_name, target.key, loaded.runner.model_key}
+    return Loaded(loaded.runner, loaded.tokenizer, chat, target.served_name, frozenset(aliases))
 
 
 async def runtime(app: web.Application) -> AsyncIterator[None]:
     """Models, store (migrations run here), controller and engine, in that order; torn down in reverse."""
     config = app[CONFIG]
     compute = compute_thread()  # the models load on the thread that will run them
-    runner, tokenizer, chat = await asyncio.get_running_loop().run_in_executor(compute, _runner, config)
+    loaded = await asyncio.get_running_loop().run_in_executor(compute, _load, config)
+    runner, tokenizer = loaded.runner, loaded.tokenizer
     store = Store(config.db)
     controller = Controller(runner.model_key, runner.hardware_key)
     saved = store.load(runner.model_key, runner.hardware_key)
     if saved is not None:
         controller.restore(saved)  # applied before the first step
     engine = Engine(runner, tokenizer, controller.live, config.engine, compute=compute)
-    name = config.served_model_name or runner.model_key
-    app[SERVICES] = Services(engine, tokenizer, controller, store, name, chat, app[LIFECYCLE])
+    name = config.served_model_name or loaded.name
+    aliases = frozenset(a.lower() for a in {name, loaded.name, *loaded.aliases})
+    app[SERVICES] = Services(engine, tokenizer, controller, store, name, aliases, loaded.chat, app[LIFECYCLE])
     lock = asyncio.Lock()
 
     async def flush() -> None:

@@ -41,10 +41,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise ApiError(
             400, "this model's tokenizer has no chat template; use /v1/completions", param="messages"
         )
-    prompt = services.tokenizer.apply_chat_template(  # type: ignore[attr-defined]
-        messages, tokenize=False, add_generation_prompt=True
-    )
-    return await _serve(request, protocol.chat_request(body, str(prompt)))
+    return await _serve(request, protocol.chat_request(body, render_chat(services.tokenizer, messages)))
+
+
+def render_chat(tokenizer: object, messages: list[dict[str, str]]) -> tuple[int, ...]:
+    """Token ids of the rendered conversation, tokenized the way the template expects.
+
+    A template that renders the BOS itself (Llama 3, Gemma) must not get a second one from
+    the tokenizer, so the ids come from `apply_chat_template`, which adds no special tokens.
+    """
+    try:
+        rendered = tokenizer.apply_chat_template(  # type: ignore[attr-defined]
+            messages, tokenize=True, add_generation_prompt=True, return_dict=True
+        )
+    except Exception as exc:  # a template's own checks (roles, alternation) raise anything
+        raise ApiError(400, f"the chat template rejected these messages: {exc}", param="messages") from exc
+    return tuple(int(t) for t in rendered["input_ids"])
 
 
 async def models(request: web.Request) -> web.Response:
@@ -59,7 +71,7 @@ async def models(request: web.Request) -> web.Response:
 
 def _check_model(services: Services, body: dict[str, Any]) -> None:
     model = body.get("model")
-    if model is not None and model != services.model_name:
+    if model is not None and (not isinstance(model, str) or model.lower() not in services.model_aliases):
         raise ApiError(
             404,
             f"model {model!r} does not exist; this server serves {services.model_name!r}",

@@ -98,7 +98,7 @@ def parse_chat(body: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, An
     return [{"role": m["role"], "content": m["content"]} for m in messages], body
 
 
-def chat_request(body: dict[str, Any], prompt: str) -> GenerationRequest:
+def chat_request(body: dict[str, Any], prompt: tuple[int, ...]) -> GenerationRequest:
     return _generation(body, (prompt,), chat=True)
 
 

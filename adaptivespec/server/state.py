@@ -29,6 +29,7 @@ class Services:
     controller: Controller
     store: Store
     model_name: str
+    model_aliases: frozenset[str]  # lower-cased names accepted as "model", model_name included
     chat_template: bool
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
 

@@ -25,6 +25,7 @@ class SimRunner:
         self.max_batch = max_batch
         self.max_spec_tokens = max_spec_tokens
         self.eos_token_ids: frozenset[int] = frozenset()
+        self.vocab_rows = 256  # the simulator streams bytes (ByteTokenizer)
         draft = cost.draft.name if cost.draft is not None else "none"
         self.model_key = f"{cost.target.name}+{draft}:bf16"
         self.hardware_key = f"sim:{cost.hardware.name}"

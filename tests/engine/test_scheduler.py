@@ -5,11 +5,14 @@ import pytest
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import Scheduler
 from adaptivespec.engine.sequence import Sequence
+from adaptivespec.engine.tokenizer import ByteTokenizer
 from adaptivespec.errors import QueueFullError
 
 
 def _sequence(prompt_len: int = 3) -> Sequence:
-    return Sequence(list(range(prompt_len)), SamplingParams(), seed=0, max_context=64)
+    return Sequence(
+        list(range(prompt_len)), SamplingParams(), seed=0, max_context=64, tokenizer=ByteTokenizer()
+    )
 
 
 def test_rows_stay_dense_when_sequences_leave() -> None:

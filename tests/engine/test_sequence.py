@@ -7,12 +7,12 @@ from adaptivespec.engine.tokenizer import ByteTokenizer
 
 def _stream(text: str, params: SamplingParams, per_step: int) -> tuple[str, list[str], str | None]:
     tokenizer = ByteTokenizer()
-    sequence = Sequence([1], params, seed=0, max_context=4096)
+    sequence = Sequence([1], params, seed=0, max_context=4096, tokenizer=tokenizer)
     ids = tokenizer.encode(text)
     for start in range(0, len(ids), per_step):
         if sequence.finished:
             break
-        sequence.add_tokens(ids[start : start + per_step], frozenset(), tokenizer)
+        sequence.add_tokens(ids[start : start + per_step], frozenset())
     events = [sequence.events.get_nowait() for _ in range(sequence.events.qsize())]
     return "".join(e.text for e in events), [e.text for e in events], events[-1].finish_reason
 

@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 from openai import OpenAI
+from transformers import AutoTokenizer
+
+from adaptivespec.engine.model_sources import SMOLLM2, ensure_packaged_model
+from adaptivespec.server.openai_api import render_chat
 
 from ..conftest import TinyPair
 
@@ -67,16 +71,20 @@ def _listen(path: Path, into: list[str], stop: threading.Event) -> threading.Thr
     return thread
 
 
-def _start(args: list[str], tmp_path: Path) -> Iterator[Daemon]:
+def _start(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[Daemon]:
     notifications: list[str] = []
     stop = threading.Event()
     listener = _listen(tmp_path / "notify.sock", notifications, stop)
     port = _free_port()
-    env = os.environ | {
-        "NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
-        "WATCHDOG_USEC": "200000",
-        "ADAPTIVESPEC_STATE_DIR": str(tmp_path / "state"),
-    }
+    env = (
+        os.environ
+        | (env or {})
+        | {
+            "NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
+            "WATCHDOG_USEC": "200000",
+            "ADAPTIVESPEC_STATE_DIR": str(tmp_path / "state"),
+        }
+    )
     command = [
         sys.executable,
         "-m",
@@ -84,8 +92,6 @@ def _start(args: list[str], tmp_path: Path) -> Iterator[Daemon]:
         "serve",
         "--port",
         str(port),
-        "--served-model-name",
-        "tiny",
     ]
     command += args
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -111,13 +117,21 @@ def _start(args: list[str], tmp_path: Path) -> Iterator[Daemon]:
 @pytest.fixture
 def daemon(tiny_pair: TinyPair, tmp_path: Path) -> Iterator[Daemon]:
     args = ["--target", str(tiny_pair.target), "--draft", str(tiny_pair.draft), "--device", "cpu"]
-    yield from _start([*args, "--dtype", "float32", "--max-context", "512"], tmp_path)
+    args += ["--served-model-name", "tiny", "--dtype", "float32", "--max-context", "512"]
+    yield from _start(args, tmp_path)
+
+
+@pytest.fixture
+def default_daemon(default_model_cache: Path, tmp_path: Path) -> Iterator[Daemon]:
+    """`adaptivespec serve` with no model flags: the real default model, already in the cache."""
+    yield from _start(["--device", "cpu"], tmp_path, {"ADAPTIVESPEC_CACHE_DIR": str(default_model_cache)})
 
 
 @pytest.fixture(params=[60.0, 0.5], ids=["drain-completes", "drain-times-out"])
 def sim_daemon(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Daemon]:
     """The simulator backend: long streams without model weights (its clock is virtual, not its speed)."""
     args = ["--backend", "sim", "--max-context", "200000", "--drain-timeout", str(request.param)]
+    args += ["--served-model-name", "tiny"]
     yield from _start(args, tmp_path)
 
 
@@ -180,3 +194,28 @@ def test_sigterm_drains_live_streams_then_exits_zero(
     assert "WATCHDOG=1" in daemon.notifications[ready:stopping]
     output = daemon.process.stdout.read() if daemon.process.stdout else ""
     assert "secret prompt" not in output  # prompts never reach the logs
+
+
+def test_default_model_streams_chat_through_the_openai_client(
+    default_daemon: Daemon, default_model_cache: Path
+) -> None:
+    client = OpenAI(base_url=f"{default_daemon.url}/v1", api_key="unused")
+    assert [m.id for m in client.models.list()] == ["SmolLM2-135M-Instruct"]
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2-135m-instruct",  # the name it was asked for by, in any case
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Paris" in text
+    model_dir = ensure_packaged_model(SMOLLM2, root=default_model_cache, progress=False).path
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    ids = render_chat(tokenizer, messages)
+    assert ids[0] == tokenizer.bos_token_id and ids.count(tokenizer.bos_token_id) == 3  # one per turn
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == len(ids)

@@ -1,0 +1,84 @@
+"""Chat prompts on a real (tiny) model whose template renders the BOS itself, as Llama 3's does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tokenizers.processors import TemplateProcessing
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from adaptivespec.config import EngineConfig, ModelConfig, ServeConfig
+from adaptivespec.server.app import create_app
+
+from ..conftest import TinyPair
+
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+)
+
+
+@pytest.fixture(scope="module")
+def bos_model(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tokenizer adds <s> to every encode, and the chat template renders it too."""
+    root = tmp_path_factory.mktemp("bos-model")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_pair.target)
+    tokenizer.add_special_tokens({"bos_token": "<s>"})
+    bos = tokenizer.convert_tokens_to_ids("<s>")
+    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+        single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", bos)]
+    )
+    tokenizer.chat_template = TEMPLATE
+    assert tokenizer.encode("hi")[0] == bos  # it really adds one
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, bos_token_id=bos,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(root)
+    tokenizer.save_pretrained(root)
+    return root
+
+
+async def test_a_template_that_renders_bos_gets_exactly_one(
+    aiohttp_client: Any, tmp_path: Path, bos_model: Path
+) -> None:
+    models = ModelConfig(target=str(bos_model), device="cpu", dtype="float32")
+    config = ServeConfig(
+        db=f"sqlite:///{tmp_path}/state.db", engine=EngineConfig(models=models, max_batch=2, max_context=128)
+    )
+    client = await aiohttp_client(create_app(config))
+    messages = [{"role": "user", "content": "hi"}]
+    response = await client.post(
+        "/v1/chat/completions", json={"messages": messages, "max_tokens": 2, "temperature": 0}
+    )
+    assert response.status == 200, await response.text()
+    tokenizer = AutoTokenizer.from_pretrained(bos_model)
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    one_bos = tokenizer.encode(rendered, add_special_tokens=False)
+    assert one_bos.count(tokenizer.bos_token_id) == 1
+    assert (await response.json())["usage"]["prompt_tokens"] == len(one_bos)
+    models_listed = await (await client.get("/v1/models")).json()
+    assert models_listed["data"][0]["id"] == bos_model.name  # the directory's name, not an internal key
+
+
+async def test_an_unknown_model_name_is_a_404_that_names_the_model(
+    aiohttp_client: Any, tmp_path: Path, bos_model: Path
+) -> None:
+    models = ModelConfig(target=str(bos_model), device="cpu", dtype="float32")
+    config = ServeConfig(
+        db=f"sqlite:///{tmp_path}/state.db", engine=EngineConfig(models=models, max_batch=2, max_context=128)
+    )
+    client = await aiohttp_client(create_app(config))
+    response = await client.post(
+        "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 2,
+            "temperature": 0,
+            "model": "nope",
+        },
+    )
+    assert response.status == 404 and (await response.json())["error"]["param"] == "model"
