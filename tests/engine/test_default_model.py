@@ -13,9 +13,9 @@ import pytest
 from adaptivespec.engine.model_sources import (
     SMOLLM2,
     PackagedModel,
-    packaged_gguf,
     ensure_gguf,
     ensure_packaged_model,
+    packaged_gguf,
     resolve,
 )
 from adaptivespec.errors import ModelLoadError
