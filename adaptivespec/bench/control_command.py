@@ -9,9 +9,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
-from adaptivespec.bench import learners
+from adaptivespec.bench import control_hf, learners
 from adaptivespec.bench import learning_metrics as metrics
 from adaptivespec.bench.control import (
     ORACLE_ARMS,
@@ -23,12 +24,14 @@ from adaptivespec.bench.control import (
     run_control,
 )
 from adaptivespec.bench.hf_loop import HFLoop
+from adaptivespec.bench.interleaved import measure
 from adaptivespec.bench.plot import goodput_by_batch
 from adaptivespec.bench.steps import prompt_windows
-from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, EngineConfig, ModelConfig
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.keys import BATCH_BUCKETS
 from adaptivespec.engine.demo_models import held_out_documents
+from adaptivespec.engine.hardware import native_cpu_bf16
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
@@ -50,8 +53,18 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     load = control.add_mutually_exclusive_group()
     load.add_argument("--acceptance", type=float, help="mean acceptance rate (default 0.7)")
     load.add_argument("--workload", type=Path, help="workload JSON file")
-    control.add_argument("--steps-per-bucket", type=int, default=None, help="default 2000 on sim, 30 on hf")
+    control.add_argument("--steps-per-bucket", type=int, default=None, help="default 2000 on sim, 60 on hf")
     control.add_argument("--new-tokens", type=int, default=128, help="hf: tokens each request generates")
+    control.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="hf: segments per bucket and contender (default: steps / 10)",
+    )
+    control.add_argument("--max-batch", type=int, default=128, help="hf: the largest batch size measured")
+    control.add_argument(
+        "--quick", action="store_true", help="hf: a reduced run (batch <= 32, 30 steps per bucket), same keys"
+    )
     control.add_argument("--seed", type=int, default=0)
     control.add_argument(
         "--db", default=None, help="SQLAlchemy URL: the adaptive policy resumes from and saves to it"
@@ -99,28 +112,65 @@ def _sim(args: argparse.Namespace) -> tuple[LoadLoop, Workload, dict[str, Any], 
     return loop, workload, scenario, title
 
 
-def _hf(args: argparse.Namespace) -> tuple[LoadLoop, Workload, dict[str, Any], str]:
-    steps = args.steps_per_bucket or 30
-    models = ModelConfig(target=args.target or DEMO_MODEL, draft=args.draft or DEMO_MODEL, device="auto")
-    engine = EngineConfig(max_batch=128, max_queued=128, max_context=64 + args.new_tokens + 16, models=models)
+def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
+    if args.quick:
+        args.steps_per_bucket = args.steps_per_bucket or 30
+        args.max_batch = min(args.max_batch, 32)
+    steps = args.steps_per_bucket or 60
+    repeats = args.repeats or max(1, steps // 10)
+    if steps < 1 or not 1 <= repeats <= steps:
+        raise ConfigError("--steps-per-bucket must be >= 1 and --repeats in [1, steps per bucket]")
+    models = ModelConfig(target=args.target or DEFAULT_MODEL, draft=args.draft, device="auto")
+    engine = EngineConfig(
+        max_batch=args.max_batch,
+        max_queued=args.max_batch,
+        max_context=64 + args.new_tokens + 16,
+        models=models,
+    )
     loaded = load_runner(engine)
     prompts = prompt_windows(loaded.tokenizer, held_out_documents(), 256, 64)
-    workload = Workload(load=default_load(steps, up_to=128))
-    loop = HFLoop(loaded.runner, prompts, args.new_tokens, workload.load, args.seed)
+    load = default_load(steps - steps % repeats, up_to=args.max_batch)
+    loop = HFLoop(loaded.runner, prompts, args.new_tokens, load, args.seed)
+    args.repeats = repeats
     scenario = {
         "backend": "hf",
         "model_key": loaded.runner.model_key,
         "hardware_key": loaded.runner.hardware_key,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": native_cpu_bf16(),
         "prompt_tokens": 64,
         "new_tokens": args.new_tokens,
-        "steps_per_bucket": steps,
+        "steps_per_bucket": steps - steps % repeats,
+        "repeats": repeats,
         "seed": args.seed,
     }
-    return loop, workload, scenario, f"{loaded.runner.hardware_key}: {loaded.runner.model_key}"
+    return loop, scenario, f"{loaded.runner.hardware_key}: {loaded.runner.model_key}"
+
+
+def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
+    loop, scenario, title = _hf(args)
+    store = Store(args.db) if args.db else None
+    contenders, controller = control_hf.contenders(loop.model_key, loop.hardware_key, store)
+    total = len(contenders) * sum(p.steps for p in loop.load)
+    with tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar:
+        measurement = measure(loop, contenders, args.repeats, bar.update)
+    if store is not None:
+        learners.flush(controller, store)
+        store.close()
+    report = {"scenario": scenario} | control_hf.report(measurement, contenders, controller)
+    args.json.write_text(json.dumps(report, indent=2))
+    _print_table(report)
+    if args.plot is not None:
+        sizes = {b.label: b.hi for b in BATCH_BUCKETS}
+        series = {name: r["goodput_by_bucket"] for name, r in report["policies"].items()}
+        goodput_by_batch(args.plot, title, series, sizes)
+    return report
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    loop, workload, scenario, title = _hf(args) if args.backend == "hf" else _sim(args)
+    if args.backend == "hf":
+        return _run_hf(args)
+    loop, workload, scenario, title = _sim(args)
     policies = baseline_policies()
     store = Store(args.db) if args.db else None
     warm = store is not None and store.load(loop.model_key, loop.hardware_key) is not None
@@ -198,21 +248,37 @@ def _print_table(report: dict[str, Any]) -> None:
     adaptive = report["policies"]["adaptive"]
     print(f"adaptive K by bucket: {adaptive['k_by_bucket']}  threshold: {adaptive['learned_threshold']}")
     print(
-        f"{'policy':<14} {'goodput tok/s':>14} {'ratio to oracle':>16} {'p50 ITL ms':>11} {'p99 ITL ms':>11}"
+        f"{'policy':<14} {'goodput tok/s':>14} {'ratio to oracle':>16} {'95% interval':>15} "
+        f"{'p50 ITL ms':>11} {'p99 ITL ms':>11}"
     )
     for name, r in report["policies"].items():
+        low, high = r.get("ratio_ci", [float("nan")] * 2)
         print(
-            f"{name:<14} {r['goodput_tok_s']:>14.0f} {r['ratio_to_oracle']:>16.3f} "
+            f"{name:<14} {r['goodput_tok_s']:>14.0f} {r['ratio_to_oracle']:>16.3f} {low:>7.3f}-{high:<7.3f} "
             f"{r['p50_itl_ms']:>11.2f} {r['p99_itl_ms']:>11.2f}"
         )
     efficiency = report["sample_efficiency"]
     print(
-        f"steps to 0.95 of the oracle per bucket: adaptive {efficiency['adaptive_steps_to_95']:.0f}, "
-        f"plain river UCB {efficiency['plain_ucb_steps_to_95']:.0f}"
+        f"steps to 0.95 of the oracle per bucket: adaptive {efficiency['adaptive_steps_to_95']:.1f}, "
+        f"plain river UCB {efficiency['plain_ucb_steps_to_95']:.1f}"
     )
+    if "comparisons" in report:
+        c = report["comparisons"]
+        print(
+            f"adaptive - {c['best_static']} (best static): {_interval(c['adaptive_minus_best_static'])}; "
+            f"adaptive - off: {_interval(c['adaptive_minus_off'])}; holds: {c['holds']} "
+            f"(from {c['first_holds_at_steps_per_bucket']} steps per bucket); "
+            f"inconclusive: {report['inconclusive']}"
+        )
+        print(f"exploration: {adaptive['exploration']}")
     for key in ("drift_recovery_steps", "first_1000_steps_ratio_to_oracle"):
         if key in adaptive:
             print(f"{key}: {adaptive[key]}")
+
+
+def _interval(values: list[float]) -> str:
+    point, low, high = values
+    return f"{point:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 def _jsonable(value: Any) -> Any:

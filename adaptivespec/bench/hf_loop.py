@@ -1,14 +1,13 @@
 """A closed load loop on the real `hf` runner, for `bench control --backend hf`.
 
-Each phase keeps B rows decoding on the real models; a row that has generated its budget is
-re-prefilled with the next held-out prompt. Phases start from seeded budgets, so every
-policy sees the same prompts in the same order. Time is wall time, measured.
+A segment keeps B rows decoding on the real models; a row that has generated its budget is
+re-prefilled with the next held-out prompt. Segments start from seeded prompts and budgets,
+so every policy given the same seed sees the same requests. Time is wall time, measured.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import numpy as np
 
@@ -35,22 +34,17 @@ class HFLoop:
         self.model_key = runner.model_key
         self.hardware_key = runner.hardware_key
 
-    def run(
-        self,
-        policy: SpecPolicy,
-        on_step: StepSink | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> list[PhaseResult]:
-        results = []
-        for index, phase in enumerate(self.load):
-            results.append(self._phase(index, phase, policy, on_step))
-            if progress is not None:
-                progress(phase.steps)
-        return results
+    def segment(
+        self, phase: int, repeat: int, steps: int, policy: SpecPolicy, on_step: StepSink | None = None
+    ) -> PhaseResult:
+        """`steps` decode steps at phase `phase`'s batch size, on requests seeded by (phase, repeat).
 
-    def _phase(self, index: int, phase: Phase, policy: SpecPolicy, on_step: StepSink | None) -> PhaseResult:
-        rng = np.random.default_rng([self.seed, index])
-        batch = phase.concurrency
+        Every contender given the same (phase, repeat) starts from the same prompts and budgets.
+        The initial prefill is not timed (it is the same for everyone); re-prefills of rows that
+        finish mid-segment are, since how soon rows finish depends on the policy.
+        """
+        rng = np.random.default_rng([self.seed, phase, repeat])
+        batch = self.load[phase].concurrency
         next_prompt = int(rng.integers(len(self.prompts)))
         for start in range(0, batch, 16):
             items = [self._item(next_prompt + r) for r in range(start, min(start + 16, batch))]
@@ -58,19 +52,13 @@ class HFLoop:
         next_prompt += batch
         remaining = rng.integers(1, self.new_tokens + 1, batch)  # a batch caught mid-generation
         result = PhaseResult(batch)
-        for _ in range(phase.steps):
+        for _ in range(steps):
             lens = self.runner.rows.lens[:batch]
             k = policy.k_for(batch, int(lens.float().mean()))
             out = self.runner.decode(batch, k)
             emitted = np.minimum(np.array([len(t) for t in out.tokens]), remaining)
             remaining -= emitted
-            result.steps += 1
-            result.tokens += int(emitted.sum())
-            result.seconds += out.step_seconds
-            result.k_counts[out.k] = result.k_counts.get(out.k, 0) + 1
-            result.itl_seconds.append(out.step_seconds / np.maximum(emitted, 1))
-            result.itl_weights.append(emitted)
-            result.goodput_trace.append(float(emitted.sum()) / out.step_seconds)
+            _account(result, out, emitted)
             if on_step is not None:
                 on_step(self._record(out, batch, float(lens.float().mean()), int(emitted.sum())))
             for row in np.flatnonzero(remaining <= 0).tolist():
@@ -99,3 +87,13 @@ class HFLoop:
             step_seconds=out.step_seconds,
             timestamp=time.time(),
         )
+
+
+def _account(result: PhaseResult, out: DecodeOutput, emitted: np.ndarray) -> None:
+    result.steps += 1
+    result.tokens += int(emitted.sum())
+    result.seconds += out.step_seconds
+    result.k_counts[out.k] = result.k_counts.get(out.k, 0) + 1
+    result.itl_seconds.append(out.step_seconds / np.maximum(emitted, 1))
+    result.itl_weights.append(emitted)
+    result.goodput_trace.append(float(emitted.sum()) / out.step_seconds)

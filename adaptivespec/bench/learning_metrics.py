@@ -29,16 +29,16 @@ def _best_at(sweep: Mapping[int, Sequence[PhaseResult]], phase: int) -> int:
     return max(sweep, key=lambda k: sweep[k][phase].goodput)
 
 
-def _rolling(trace: np.ndarray) -> np.ndarray:
-    if trace.size < WINDOW:
+def _rolling(trace: np.ndarray, window: int = WINDOW) -> np.ndarray:
+    if trace.size < window:
         return np.full(1, trace.mean() if trace.size else 0.0)
-    kernel = np.ones(WINDOW) / WINDOW
+    kernel = np.ones(window) / window
     return np.convolve(trace, kernel, mode="valid")  # rolling[t] = mean(trace[t : t + WINDOW])
 
 
-def steps_to_reach(trace: np.ndarray, target: float, start: int = 0) -> int:
+def steps_to_reach(trace: np.ndarray, target: float, start: int = 0, window: int = WINDOW) -> int:
     """Steps after `start` until the rolling goodput first reaches `target` (len if never)."""
-    rolling = _rolling(trace[start:])
+    rolling = _rolling(trace[start:], window)
     hits = np.flatnonzero(rolling >= target)
     return int(hits[0]) if hits.size else int(trace.size - start)
 

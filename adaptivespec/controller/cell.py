@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from math import erf, sqrt
+from math import erf, inf, sqrt
 
 from adaptivespec.controller.acceptance import expected_tokens
 from adaptivespec.controller.bandit import ArmPolicy
@@ -24,6 +24,25 @@ from adaptivespec.controller.costmodel import measured_seconds, optimistic_secon
 from adaptivespec.controller.stats import EWStat
 
 Acceptance = Callable[[int], float]  # K -> expected tokens per row per step
+CostFloor = Callable[[int], float | None]  # K -> a lower bound on its step seconds, from elsewhere
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbourhood:
+    """What the nearest smaller visited batch bucket tells a cell, by the roofline's monotonicity.
+
+    Both hold because drafting's relative cost, t(K) / t(j) for K > j, does not shrink as the
+    batch grows, while acceptance does not depend on the batch.
+    """
+
+    floor: CostFloor | None = None  # step-time floors for unmeasured arms
+    ruled_out: frozenset[int] = frozenset()  # arms a smaller K dominated there: dominated here too
+
+
+Z = 2.0  # standard errors either side of a measured arm's mean: its upper and lower bounds
+# The least relative error an estimate carries: acceptance noise is not in the step-time variance,
+# and a deterministic clock (the simulator) has none at all.
+MIN_RELATIVE_ERROR = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +54,12 @@ class LearningSettings:
     dwell: int = 4  # steps an explored K is held, so K does not flap step to step
     fading: float = 0.1  # step-time and reward memory
     correction_fading: float = 0.02  # observed/expected memory: slow, it corrects model error
-    correction_prior: float = 100.0  # pseudo-count pulling the correction towards 1
+    correction_prior: float = 30.0  # pseudo-count pulling the correction towards 1
+
+    @property
+    def effective_samples(self) -> float:
+        """How many recent samples an exponentially weighted mean stands for: (2 - f) / f."""
+        return (2 - self.fading) / self.fading
 
 
 @dataclass(slots=True)
@@ -50,8 +74,12 @@ class Cell:
     current: int = -1
     samples: int = 0
     candidates: tuple[int, ...] = ()
+    pulls: int = 0  # steps this cell chose K for
+    dominated_pulls: int = 0  # ... with an arm whose upper bound was below the decision's lower bound
     _bandit: ArmPolicy | None = None
     _dwell_left: int = 0
+    _upper: dict[int, float] = field(default_factory=dict)  # optimistic bounds at the last refresh
+    ruled_out: frozenset[int] = frozenset()  # arms dominated by a smaller K, here or at a smaller batch
 
     def observe(self, k: int, tokens_per_row: float, step_seconds: float, acceptance: Acceptance) -> None:
         if self.scale <= 0.0:
@@ -76,9 +104,21 @@ class Cell:
         """Expected reward of each measured arm (same units as observed rewards)."""
         return self._priced(acceptance, measured_seconds)
 
-    def optimistic(self, acceptance: Acceptance) -> dict[int, float]:
-        """An upper bound on the reward of every arm, measured or not."""
-        return self._priced(acceptance, optimistic_seconds)
+    def optimistic(self, acceptance: Acceptance, floor: CostFloor | None = None) -> dict[int, float]:
+        """An upper bound on the reward of every arm: measured arms at their mean plus Z errors."""
+        bounds = self._priced(acceptance, lambda times, k: optimistic_seconds(times, k, floor))
+        return {k: bound * (1 + Z * self._relative_error(k)) for k, bound in bounds.items()}
+
+    def lower(self, k: int, predicted: dict[int, float]) -> float:
+        return predicted[k] * (1 - Z * self._relative_error(k)) if k in predicted else 0.0
+
+    def _relative_error(self, k: int) -> float:
+        """Standard error of a measured arm's mean step time, relative to it (0 when unmeasured)."""
+        stat = self.seconds.get(k)
+        if stat is None or stat.count < 2 or stat.mean <= 0:
+            return MIN_RELATIVE_ERROR
+        samples = min(float(stat.count), self.settings.effective_samples)
+        return max(sqrt(stat.var / samples) / stat.mean, MIN_RELATIVE_ERROR)
 
     def _priced(
         self, acceptance: Acceptance, seconds_of: Callable[[dict[int, EWStat], int], float | None]
@@ -90,27 +130,57 @@ class Cell:
                 priced[k] = acceptance(k) / seconds / self.scale * self.correction(k)
         return priced
 
-    def next_k(self, acceptance: Acceptance) -> int:
-        """Chooses the K for this cell's next step, and updates the decision with hysteresis."""
+    def next_k(self, acceptance: Acceptance, around: Callable[[], Neighbourhood] | None = None) -> int:
+        """Chooses the K for this cell's next step, and updates the decision with hysteresis.
+
+        `around` tells what smaller batch buckets imply; it is asked only when the candidates
+        are re-pruned, not on every step.
+        """
         if not self.samples:
             return self.current
         predicted = self.predictions(acceptance)
         bandit = self._bandit
         if bandit is None or self._dwell_left == 0:
-            bandit = self._refresh(predicted, self.optimistic(acceptance))
+            neighbourhood = around() if around is not None else Neighbourhood()
+            self._upper = self.optimistic(acceptance, neighbourhood.floor)
+            bandit = self._refresh(predicted, self._upper, neighbourhood.ruled_out)
         self._decide(predicted)
         if self._dwell_left > 0 and self.current in self.candidates:
             self._dwell_left -= 1
-            return self.current
-        self.current = bandit.pull(self.candidates)
-        # An unmeasured arm needs one step to price it (acceptance is pooled); a measured one is held.
-        self._dwell_left = self.settings.dwell - 1 if self.current in predicted else 0
+        else:
+            self.current = bandit.pull(self.candidates)
+            # An unmeasured arm needs one step to price it (acceptance is pooled); a measured one is held.
+            self._dwell_left = self.settings.dwell - 1 if self.current in predicted else 0
+        self.pulls += 1
+        if self.current != self.decided:
+            self.dominated_pulls += self._upper.get(self.current, inf) < self.lower(self.decided, predicted)
         return self.current
 
-    def _refresh(self, predicted: dict[int, float], bounds: dict[int, float]) -> ArmPolicy:
-        """Re-prunes the candidates; a changed set gets a fresh bandit, warm-started from measurements."""
-        floor = (1 - self.settings.prune_margin) * max(predicted.values())
-        candidates = tuple(k for k, bound in bounds.items() if k == self.decided or bound >= floor)
+    def _refresh(
+        self, predicted: dict[int, float], bounds: dict[int, float], inherited: frozenset[int]
+    ) -> ArmPolicy:
+        """Re-prunes the candidates; a changed set gets a fresh bandit, warm-started from measurements.
+
+        An arm stays a candidate while its upper bound is within `prune_margin` of the best
+        prediction and above the decision's lower bound: exploration never spends a step on an
+        arm the measurements already show to be worse. Arms above the decision whose bound is
+        below even the margin, or that a smaller K dominates, are ruled out at larger batches
+        too (`inherited` there). K = 0, the cheapest step and the baseline every other arm must
+        beat, is always measured before it can be pruned: its bound is inferred from the other
+        arms, and an optimistic acceptance estimate would otherwise rule it out unseen.
+        """
+        floor = max(
+            (1 - self.settings.prune_margin) * max(predicted.values()), self.lower(self.decided, predicted)
+        )
+        pruned_above = {k for k, bound in bounds.items() if k > self.decided and bound < floor}
+        self.ruled_out = self._dominated(predicted) | inherited | pruned_above
+        candidates = tuple(
+            k
+            for k, bound in bounds.items()
+            if k == self.decided
+            or (bound >= floor and k not in self.ruled_out)
+            or (k == 0 and k not in predicted)
+        )
         if self._bandit is not None and candidates == self.candidates:
             return self._bandit
         self.candidates = candidates
@@ -120,6 +190,13 @@ class Cell:
                 bandit.update(k, predicted[k])
         self._bandit = bandit
         return bandit
+
+    def _dominated(self, predicted: dict[int, float]) -> frozenset[int]:
+        """Arms whose upper bound is below some smaller K's lower bound (K = 0 is never dominated)."""
+        lowers = sorted((j, self.lower(j, predicted)) for j in predicted)
+        return frozenset(
+            k for k, upper in self._upper.items() if any(j < k and upper < low for j, low in lowers)
+        )
 
     def _decide(self, predicted: dict[int, float]) -> None:
         best = max(predicted, key=predicted.__getitem__)

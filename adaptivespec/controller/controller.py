@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from adaptivespec.controller.acceptance import AcceptanceEstimator
 from adaptivespec.controller.bandit import ArmPolicy, BanditKind, RiverBandit
-from adaptivespec.controller.cell import Cell, LearningSettings, initial_k
+from adaptivespec.controller.cell import Cell, CostFloor, LearningSettings, Neighbourhood, initial_k
+from adaptivespec.controller.costmodel import relative_cost_floor
 from adaptivespec.controller.keys import (
     BATCH_BUCKETS,
     CONTEXT_BUCKETS,
@@ -98,11 +99,42 @@ class Controller:
         if record.k in self.config.settings.arms:
             cell.observe(record.k, record.emitted / record.batch_size, record.step_seconds, acceptance)
         decided_before = cell.decided
-        cell.next_k(acceptance)
+        cell.next_k(acceptance, lambda: self._neighbourhood(key))
         if cell.decided != decided_before:
             self._record_change(key, decided_before, cell.decided, "learned")
-        self._publish(key)
+            self._publish_row(key[0])  # unvisited neighbours borrow the new decision
+        else:
+            self._publish(key)
         return True
+
+    def _neighbourhood(self, key: CellKey) -> Neighbourhood:
+        """What the nearest smaller visited batch bucket implies for this cell."""
+        smaller = self._smaller_neighbour(key)
+        ruled_out = self.cells[smaller].ruled_out if smaller is not None else frozenset()
+        return Neighbourhood(self._cost_floor(key), ruled_out)
+
+    def _smaller_neighbour(self, key: CellKey) -> CellKey | None:
+        """The nearest smaller visited batch bucket, batch 1 excepted.
+
+        A batch-1 plain step takes other kernels (GEMV, not GEMM): on a 2-core CPU one draft
+        token costs 2x the plain step at batch 1 and 1.3x at batch 2, so batch 1 says nothing
+        about how cost grows with K at larger batches.
+        """
+        ctx, batch = key
+        for smaller in range(batch - 1, 0, -1):
+            cell = self.cells.get((ctx, smaller))
+            if cell is not None and cell.samples:
+                return ctx, smaller
+        return None
+
+    def _cost_floor(self, key: CellKey) -> CostFloor | None:
+        """Step-time floors for this cell's unmeasured arms, chained through smaller visited buckets."""
+        smaller = self._smaller_neighbour(key)
+        if smaller is None:
+            return None
+        return relative_cost_floor(
+            self.cells[key].seconds, self.cells[smaller].seconds, self._cost_floor(smaller)
+        )
 
     def _acceptance(self, ctx: int) -> Callable[[int], float]:
         estimator = self.acceptance
@@ -113,7 +145,7 @@ class Controller:
         if cell is None:
             seed = self.config.seed * 1_000_003 + key[0] * 101 + key[1]
             cell = Cell(self.config.settings, self._bandit_factory(seed))
-            cell.current = cell.decided = self.live.snapshot.table[key[0]][key[1]]
+            cell.current = cell.decided = self._nearest_decision(key)
             self.cells[key] = cell
         return cell
 
@@ -157,8 +189,21 @@ class Controller:
     def republish(self) -> None:
         """Recomputes every cell's K (after overrides, freeze, reset or a restore)."""
         for ctx in range(len(CONTEXT_BUCKETS)):
-            for batch in range(len(BATCH_BUCKETS)):
-                self._publish((ctx, batch))
+            self._publish_row(ctx)
+
+    def _publish_row(self, ctx: int) -> None:
+        for batch in range(len(BATCH_BUCKETS)):
+            self._publish((ctx, batch))
+
+    def exploration(self) -> dict[str, float]:
+        """How many steps went to arms the measurements already showed to be worse than the decision."""
+        pulls = sum(c.pulls for c in self.cells.values())
+        dominated = sum(c.dominated_pulls for c in self.cells.values())
+        return {
+            "steps": float(pulls),
+            "dominated_steps": float(dominated),
+            "dominated_share": dominated / max(pulls, 1),
+        }
 
     def _record_change(self, key: CellKey, old: int, new: int, reason: str) -> None:
         self.version += 1

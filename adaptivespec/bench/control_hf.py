@@ -1,0 +1,184 @@
+"""`bench control --backend hf`: every policy on the real engine, interleaved, against a measured oracle.
+
+The oracle of a bucket is the best fixed K measured there, with everything that ran that K
+pooled: the sweep's arm and every static policy whose table gives that K in the bucket.
+Pooling matters: "off", k0 and both thresholds all run K=0 at large batch, and taking the
+best of several noisy measurements of one configuration would credit the oracle with its
+luckiest one (the winner's curse), so that nothing, that configuration included, could reach
+it. A learner that beats the pooled oracle beyond the interval means the run could not tell
+the policies apart (`inconclusive`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from adaptivespec.bench import learners
+from adaptivespec.bench.control import ORACLE_ARMS, PolicyReport, baseline_policies, crossover, summarise
+from adaptivespec.bench.interleaved import Contender, Measurement, merge, totals
+from adaptivespec.bench.learning_metrics import steps_to_reach
+from adaptivespec.bench.paired import Interval, PairedRatios
+from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.keys import BATCH_BUCKETS, batch_bucket
+from adaptivespec.controller.policy import FixedK
+from adaptivespec.sim.loop import PhaseResult
+from adaptivespec.store.repository import Store
+
+LEARNING_WINDOW = 10  # steps of rolling goodput when judging how soon a learner is close to the oracle
+LEARNERS = ("adaptive", "plain-ucb")
+
+
+def contenders(model_key: str, hardware_key: str, store: Store | None) -> tuple[list[Contender], Controller]:
+    fixed = [Contender(f"k{k}", FixedK(k)) for k in ORACLE_ARMS]
+    static = [Contender(name, policy) for name, policy in baseline_policies().items()]
+    controller, adaptive = learners.adaptive(model_key, hardware_key, store)
+    plain = learners.plain_ucb(ORACLE_ARMS)()
+    learning = [
+        Contender("adaptive", adaptive.policy, adaptive.on_step, fixed=False),
+        Contender("plain-ucb", plain.policy, plain.on_step, fixed=False),
+    ]
+    return [*fixed, *static, *learning], controller
+
+
+@dataclass(frozen=True, slots=True)
+class PooledOracle:
+    k_by_phase: list[int]
+    pooled: list[list[str]]  # per phase, the contenders whose measurements make up the oracle
+    tokens: np.ndarray  # [phase, repeat]
+    seconds: np.ndarray  # [phase, repeat]
+    phases: list[PhaseResult]  # per phase, everything pooled
+
+    @classmethod
+    def of(cls, measurement: Measurement, contenders: Sequence[Contender]) -> PooledOracle:
+        ks, pooled, results = [], [], []
+        for p, batch in enumerate(measurement.concurrency):
+            groups: dict[int, list[str]] = {}
+            for c in contenders:
+                if c.fixed:
+                    groups.setdefault(c.policy.k_for(batch, 0), []).append(c.name)
+            goodput = {
+                k: merge([s for n in names for s in measurement.segments[n][p]]).goodput
+                for k, names in groups.items()
+            }
+            best = max(goodput, key=goodput.__getitem__)
+            ks.append(best)
+            pooled.append(groups[best])
+            results.append(merge([s for n in groups[best] for s in measurement.segments[n][p]]))
+        tokens = np.zeros((len(ks), measurement.repeats))
+        seconds = np.zeros_like(tokens)
+        for p, names in enumerate(pooled):
+            t, s = totals(measurement, names)  # [contender, phase, repeat]
+            tokens[p], seconds[p] = t[:, p].sum(axis=0), s[:, p].sum(axis=0)
+        return cls(ks, pooled, tokens, seconds, results)
+
+    def ratios(
+        self, measurement: Measurement, names: Sequence[str], repeats: int | None = None
+    ) -> PairedRatios:
+        tokens, seconds = totals(measurement, names)
+        r = repeats or measurement.repeats
+        return PairedRatios(tokens[..., :r], seconds[..., :r], self.tokens[:, :r], self.seconds[:, :r])
+
+
+def report(
+    measurement: Measurement, contenders: Sequence[Contender], controller: Controller
+) -> dict[str, Any]:
+    names = [c.name for c in contenders]
+    merged = {name: measurement.merged(name) for name in names}
+    summaries = {name: summarise(merged[name]) for name in names}
+    oracle = PooledOracle.of(measurement, contenders)
+    ratios = oracle.ratios(measurement, names)
+    labels = [BATCH_BUCKETS[batch_bucket(b)].label for b in measurement.concurrency]
+    policies = {
+        name: _policy_json(summaries[name], ratios.ratio(i))
+        for i, name in enumerate(names)
+        if not name.startswith("k")
+    }
+    oracle_json = _oracle_json(labels, oracle)
+    policies["oracle"] = _policy_json(summarise(oracle.phases), Interval(1.0, 1.0, 1.0))
+    policies["oracle"]["goodput_tok_s"] = oracle_json["goodput_tok_s"]
+    for name in LEARNERS:  # which K a learner ran, and how often: its exploration, bucket by bucket
+        policies[name]["k_counts_by_bucket"] = {
+            label: {str(k): n for k, n in sorted(phase.k_counts.items())}
+            for label, phase in zip(labels, merged[name], strict=True)
+        }
+    policies["adaptive"]["learned_threshold"] = crossover(summaries["adaptive"].k_by_bucket)
+    policies["adaptive"]["exploration"] = controller.exploration()
+    learner_lows = [ratios.ratio(names.index(n)).low for n in LEARNERS]
+    sweep = {
+        f"k{k}": _policy_json(summaries[f"k{k}"], ratios.ratio(names.index(f"k{k}"))) for k in ORACLE_ARMS
+    }
+    return {
+        "buckets": labels,
+        "repeats": measurement.repeats,
+        "segment_steps": measurement.segment_steps,
+        "oracle": oracle_json,
+        "policies": policies,
+        "sweep": sweep,
+        "comparisons": _comparisons(measurement, names, oracle),
+        "inconclusive": any(low > 1.0 for low in learner_lows),
+        "sample_efficiency": _sample_efficiency(merged, oracle.phases),
+    }
+
+
+def _oracle_json(labels: list[str], oracle: PooledOracle) -> dict[str, Any]:
+    k_by_bucket = dict(zip(labels, oracle.k_by_phase, strict=True))
+    phases = oracle.phases
+    # Per pooled run, as if the oracle had run each bucket once like every other contender.
+    runs = [len(names) for names in oracle.pooled]
+    tokens = sum(p.tokens / n for p, n in zip(phases, runs, strict=True))
+    seconds = sum(p.seconds / n for p, n in zip(phases, runs, strict=True))
+    return {
+        "k_by_bucket": k_by_bucket,
+        "pooled_by_bucket": dict(zip(labels, oracle.pooled, strict=True)),
+        "threshold": crossover(k_by_bucket),
+        "goodput_tok_s": tokens / seconds,
+        "goodput_by_bucket": {label: p.goodput for label, p in zip(labels, phases, strict=True)},
+    }
+
+
+def _policy_json(summary: PolicyReport, ratio: Interval) -> dict[str, Any]:
+    return summary.to_json() | {"ratio_to_oracle": ratio.point, "ratio_ci": [ratio.low, ratio.high]}
+
+
+def _comparisons(measurement: Measurement, names: Sequence[str], oracle: PooledOracle) -> dict[str, Any]:
+    """Adaptive against the best static policy and against "off", and from how many steps on it holds."""
+    statics = list(baseline_policies())
+    full = oracle.ratios(measurement, names)
+    best = max(statics, key=lambda n: full.ratio(names.index(n)).point)
+
+    def verdict(ratios: PairedRatios) -> tuple[Interval, Interval, bool]:
+        ours = names.index("adaptive")
+        versus_best = ratios.difference(ours, names.index(best))
+        versus_off = ratios.difference(ours, names.index("off"))
+        return versus_best, versus_off, versus_best.high >= 0 and versus_off.high >= 0
+
+    versus_best, versus_off, holds = verdict(full)
+    holding = [verdict(oracle.ratios(measurement, names, r))[2] for r in range(1, measurement.repeats + 1)]
+    first = next((r for r in range(1, len(holding) + 1) if all(holding[r - 1 :])), None)
+    return {
+        "best_static": best,
+        "adaptive_minus_best_static": versus_best.to_json(),
+        "adaptive_minus_off": versus_off.to_json(),
+        "holds": holds,
+        "first_holds_at_steps_per_bucket": None if first is None else first * measurement.segment_steps,
+    }
+
+
+def _sample_efficiency(merged: dict[str, list[PhaseResult]], oracle: list[PhaseResult]) -> dict[str, float]:
+    def steps(name: str) -> float:
+        reached = [
+            steps_to_reach(np.asarray(phase.goodput_trace), 0.95 * best.goodput, window=LEARNING_WINDOW)
+            for phase, best in zip(merged[name], oracle, strict=True)
+        ]
+        return float(np.mean(reached))
+
+    ours, plain = steps("adaptive"), steps("plain-ucb")
+    return {
+        "adaptive_steps_to_95": ours,
+        "plain_ucb_steps_to_95": plain,
+        "plain_over_adaptive": plain / max(ours, 1.0),
+    }
