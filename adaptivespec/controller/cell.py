@@ -20,7 +20,7 @@ from math import erf, inf, sqrt
 
 from adaptivespec.controller.acceptance import expected_tokens
 from adaptivespec.controller.bandit import ArmPolicy
-from adaptivespec.controller.costmodel import measured_seconds, optimistic_seconds
+from adaptivespec.controller.costmodel import OptimisticCosts, measured_seconds
 from adaptivespec.controller.stats import EWStat
 
 Acceptance = Callable[[int], float]  # K -> expected tokens per row per step
@@ -104,10 +104,19 @@ class Cell:
         """Expected reward of each measured arm (same units as observed rewards)."""
         return self._priced(acceptance, measured_seconds)
 
-    def optimistic(self, acceptance: Acceptance, floor: CostFloor | None = None) -> dict[int, float]:
+    def optimistic(
+        self,
+        acceptance: Acceptance,
+        floor: CostFloor | None = None,
+        predicted: dict[int, float] | None = None,
+    ) -> dict[int, float]:
         """An upper bound on the reward of every arm: measured arms at their mean plus Z errors."""
-        bounds = self._priced(acceptance, lambda times, k: optimistic_seconds(times, k, floor))
-        return {k: bound * (1 + Z * self._relative_error(k)) for k, bound in bounds.items()}
+        predicted = self.predictions(acceptance) if predicted is None else predicted
+        costs = OptimisticCosts(self.seconds, floor)
+        unmeasured = {k for k in self.settings.arms if k not in predicted}
+        priced = self._priced(acceptance, lambda times, k: costs.seconds(k) if k in unmeasured else None)
+        priced.update(predicted)
+        return {k: priced[k] * (1 + Z * self._relative_error(k)) for k in self.settings.arms if k in priced}
 
     def lower(self, k: int, predicted: dict[int, float]) -> float:
         return predicted[k] * (1 - Z * self._relative_error(k)) if k in predicted else 0.0
@@ -138,11 +147,12 @@ class Cell:
         """
         if not self.samples:
             return self.current
-        predicted = self.predictions(acceptance)
+        tokens = {k: acceptance(k) for k in self.settings.arms}  # once per step, for every pricing
+        predicted = self.predictions(tokens.__getitem__)
         bandit = self._bandit
         if bandit is None or self._dwell_left == 0:
             neighbourhood = around() if around is not None else Neighbourhood()
-            self._upper = self.optimistic(acceptance, neighbourhood.floor)
+            self._upper = self.optimistic(tokens.__getitem__, neighbourhood.floor, predicted)
             bandit = self._refresh(predicted, self._upper, neighbourhood.ruled_out)
         self._decide(predicted)
         if self._dwell_left > 0 and self.current in self.candidates:
@@ -191,11 +201,10 @@ class Cell:
         self._bandit = bandit
         return bandit
 
-    def _dominated(self, predicted: dict[int, float]) -> frozenset[int]:
+    def _dominated(self, lowers: dict[int, float]) -> frozenset[int]:
         """Arms whose upper bound is below some smaller K's lower bound (K = 0 is never dominated)."""
-        lowers = sorted((j, self.lower(j, predicted)) for j in predicted)
         return frozenset(
-            k for k, upper in self._upper.items() if any(j < k and upper < low for j, low in lowers)
+            k for k, upper in self._upper.items() if any(j < k and upper < low for j, low in lowers.items())
         )
 
     def _decide(self, predicted: dict[int, float]) -> None:

@@ -11,7 +11,9 @@ Bounded exploration then rarely skips an arm that could win, and stops trying co
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
+from itertools import accumulate
 
 from adaptivespec.controller.stats import EWStat
 
@@ -23,59 +25,67 @@ def measured_seconds(times: Mapping[int, EWStat], k: int) -> float | None:
     return stat.mean if stat is not None and stat.count else None
 
 
-def optimistic_seconds(
-    times: Mapping[int, EWStat], k: int, floor: Callable[[int], float | None] | None = None
-) -> float | None:
-    """The lowest step time K can have given the arms measured in the same cell (and `floor`)."""
-    measured = measured_seconds(times, k)
-    if measured is not None:
-        return measured
-    own = _bound_from_cell(times, k)
-    elsewhere = floor(k) if floor is not None else None
-    if own is None or elsewhere is None:
-        return own if elsewhere is None else elsewhere
-    return max(own, elsewhere)
+class OptimisticCosts:
+    """The lowest step time each K can have, given one cell's measurements (sorted once) and `floor`."""
+
+    def __init__(
+        self, times: Mapping[int, EWStat], floor: Callable[[int], float | None] | None = None
+    ) -> None:
+        measured = sorted((k, s.mean) for k, s in times.items() if s.count)
+        self._arms = [k for k, _ in measured]
+        self._times = [t for _, t in measured]
+        self._slowest_up_to = list(accumulate(self._times, max))  # max step time among arms[: i + 1]
+        self._by_k = dict(measured)
+        self._floor = floor
+
+    def seconds(self, k: int) -> float | None:
+        measured = self._by_k.get(k)
+        if measured is not None:
+            return measured
+        own = self._from_cell(k)
+        elsewhere = self._floor(k) if self._floor is not None else None
+        if own is None or elsewhere is None:
+            return own if elsewhere is None else elsewhere
+        return max(own, elsewhere)
+
+    def _from_cell(self, k: int) -> float | None:
+        below = bisect_left(self._arms, k)  # how many measured arms are smaller than k
+        if below >= 2:
+            k1, k2 = self._arms[below - 2], self._arms[below - 1]
+            t1, t2 = self._times[below - 2], self._times[below - 1]
+            rising = max(0.0, (t2 - t1) / (k2 - k1)) * SECANT_FRACTION
+            return max(self._slowest_up_to[below - 1], t2 + (k - k2) * rising)
+        if below == 1:
+            return self._slowest_up_to[0]  # a step never gets cheaper with more drafts
+        if not self._arms:
+            return None
+        arm, seconds = self._arms[0], self._times[0]
+        return seconds * (k + 1) / (arm + 1)  # at best, cost shrinks with the tokens verified
 
 
 def relative_cost_floor(
-    here: Mapping[int, EWStat],
-    smaller_batch: Mapping[int, EWStat],
-    smaller_floor: Callable[[int], float | None] | None = None,
+    here: Mapping[int, EWStat], smaller_batch: Mapping[int, EWStat]
 ) -> Callable[[int], float | None]:
     """A lower bound on K's step time from a smaller batch bucket's step times.
 
     On a roofline the extra tokens of a verify cost a share of the step that grows with the
     batch (the step moves from bandwidth- to compute-bound), so t(K) / t(ref) at a smaller
     batch is a floor for it here. Where the smaller bucket never ran K, its own optimistic
-    bound stands in (itself floored by the next smaller bucket), so a freshly visited large
-    batch does not price an expensive K as if it cost what K=0 costs. Half of the excess is
-    taken, as above, because real kernels are not perfectly regular.
+    bound stands in, so a freshly visited large batch does not price an expensive K as if it
+    cost what K=0 costs. Half of the excess is taken, as above, because real kernels are not
+    perfectly regular.
     """
     common = [k for k, s in here.items() if s.count and k in smaller_batch and smaller_batch[k].count]
     if not common:
         return lambda k: None
     ref = min(common)
     here_ref, there_ref = here[ref].mean, smaller_batch[ref].mean
+    there = OptimisticCosts(smaller_batch)
 
     def floor(k: int) -> float | None:
-        there = optimistic_seconds(smaller_batch, k, smaller_floor)
-        if k <= ref or there is None or there_ref <= 0:
+        seconds = there.seconds(k)
+        if k <= ref or seconds is None or there_ref <= 0:
             return None
-        return here_ref * (1.0 + SECANT_FRACTION * max(0.0, there / there_ref - 1.0))
+        return here_ref * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0))
 
     return floor
-
-
-def _bound_from_cell(times: Mapping[int, EWStat], k: int) -> float | None:
-    below = sorted((arm, s.mean) for arm, s in times.items() if s.count and arm < k)
-    if len(below) >= 2:
-        (k1, t1), (k2, t2) = below[-2], below[-1]
-        rising = max(0.0, (t2 - t1) / (k2 - k1)) * SECANT_FRACTION
-        return max(*(t for _, t in below), t2 + (k - k2) * rising)
-    if below:
-        return max(t for _, t in below)  # a step never gets cheaper with more drafts
-    above = [(arm, s.mean) for arm, s in times.items() if s.count and arm > k]
-    if not above:
-        return None
-    arm, seconds = min(above)
-    return seconds * (k + 1) / (arm + 1)  # at best, cost shrinks with the tokens verified

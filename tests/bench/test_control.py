@@ -93,7 +93,7 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     assert main([*args, "--new-tokens", "8", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["scenario"]["backend"] == "hf" and report["scenario"]["steps_per_bucket"] == 6
-    assert report["buckets"][0] == "1" and report["buckets"][-1] == "25-32"  # --quick stops at 32
+    assert report["buckets"][0] == "1" and report["buckets"][-1] == "13-16"  # --quick stops at 16
     static = {"off", "always-k2", "always-k4", "threshold-16", "threshold-32"}
     assert set(report["policies"]) == static | {"oracle", "adaptive", "plain-ucb"}
     for name, policy in report["policies"].items():

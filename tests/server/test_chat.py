@@ -42,14 +42,16 @@ def bos_model(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> 
     return root
 
 
+async def _client(aiohttp_client: Any, tmp_path: Path, model: Path) -> Any:
+    models = ModelConfig(target=str(model), device="cpu", dtype="float32")
+    engine = EngineConfig(models=models, max_batch=2, max_context=128)
+    return await aiohttp_client(create_app(ServeConfig(db=f"sqlite:///{tmp_path}/state.db", engine=engine)))
+
+
 async def test_a_template_that_renders_bos_gets_exactly_one(
     aiohttp_client: Any, tmp_path: Path, bos_model: Path
 ) -> None:
-    models = ModelConfig(target=str(bos_model), device="cpu", dtype="float32")
-    config = ServeConfig(
-        db=f"sqlite:///{tmp_path}/state.db", engine=EngineConfig(models=models, max_batch=2, max_context=128)
-    )
-    client = await aiohttp_client(create_app(config))
+    client = await _client(aiohttp_client, tmp_path, bos_model)
     messages = [{"role": "user", "content": "hi"}]
     response = await client.post(
         "/v1/chat/completions", json={"messages": messages, "max_tokens": 2, "temperature": 0}
@@ -67,11 +69,7 @@ async def test_a_template_that_renders_bos_gets_exactly_one(
 async def test_an_unknown_model_name_is_a_404_that_names_the_model(
     aiohttp_client: Any, tmp_path: Path, bos_model: Path
 ) -> None:
-    models = ModelConfig(target=str(bos_model), device="cpu", dtype="float32")
-    config = ServeConfig(
-        db=f"sqlite:///{tmp_path}/state.db", engine=EngineConfig(models=models, max_batch=2, max_context=128)
-    )
-    client = await aiohttp_client(create_app(config))
+    client = await _client(aiohttp_client, tmp_path, bos_model)
     response = await client.post(
         "/v1/chat/completions",
         json={
