@@ -179,11 +179,11 @@ class Cell:
         beat, is always measured before it can be pruned: its bound is inferred from the other
         arms, and an optimistic acceptance estimate would otherwise rule it out unseen.
         """
-        floor = max(
-            (1 - self.settings.prune_margin) * max(predicted.values()), self.lower(self.decided, predicted)
-        )
-        pruned_above = {k for k, bound in bounds.items() if k > self.decided and bound < floor}
-        self.ruled_out = self._dominated(predicted) | inherited | pruned_above
+        lowers = {j: 2 * predicted[j] - bounds[j] for j in predicted}  # bounds are symmetric about it
+        margin_floor = (1 - self.settings.prune_margin) * max(predicted.values())
+        floor = max(margin_floor, lowers.get(self.decided, 0.0))
+        pruned_above = {k for k, bound in bounds.items() if k > self.decided and bound < margin_floor}
+        self.ruled_out = self._dominated(lowers) | inherited | pruned_above
         candidates = tuple(
             k
             for k, bound in bounds.items()
@@ -203,9 +203,12 @@ class Cell:
 
     def _dominated(self, lowers: dict[int, float]) -> frozenset[int]:
         """Arms whose upper bound is below some smaller K's lower bound (K = 0 is never dominated)."""
-        return frozenset(
-            k for k, upper in self._upper.items() if any(j < k and upper < low for j, low in lowers.items())
-        )
+        dominated, best_lower_below = set(), 0.0
+        for k in sorted(self._upper):
+            if self._upper[k] < best_lower_below:
+                dominated.add(k)
+            best_lower_below = max(best_lower_below, lowers.get(k, 0.0))
+        return frozenset(dominated)
 
     def _decide(self, predicted: dict[int, float]) -> None:
         best = max(predicted, key=predicted.__getitem__)
