@@ -42,7 +42,12 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptivespec", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log engine events to stderr")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log engine events to stderr (= --log-level info)"
+    )
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default=None, help="stderr log level"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     gen = commands.add_parser("generate", help="generate completions with batched speculative decoding")
@@ -189,7 +194,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    level = args.log_level or ("info" if args.verbose else "warning")
+    logging.basicConfig(level=level.upper(), stream=sys.stderr)
     try:
         if args.command == "generate":
             _print_completions(asyncio.run(_generate(args)), args.json)

@@ -96,10 +96,12 @@ class ServeConfig:
     port: int = 8000
     backend: str = "hf"
     db: str | None = None  # SQLAlchemy URL; None = SQLite in the state directory
-    admin_token: str | None = None
+    admin_token: str | None = None  # empty = none
+    allowed_hosts: tuple[str, ...] = ()  # Host names admin requests may name, besides loopback and `host`
     drain_timeout: float = 30.0
     max_body_bytes: int = 1 << 20
     flush_seconds: float = 2.0
+    sse_keepalive_seconds: float = 15.0  # a comment line on a stream that has been quiet this long
     served_model_name: str | None = None
     sim_hardware: str = "h100-sxm"
     sim_target: str = "llama-3.1-8b"
@@ -113,11 +115,18 @@ class ServeConfig:
         _require(self.drain_timeout >= 0, "drain_timeout must be >= 0 seconds")
         _require(self.max_body_bytes >= 1024, "max_body_bytes must be >= 1024")
         _require(self.flush_seconds > 0, "flush_seconds must be > 0")
+        _require(self.sse_keepalive_seconds > 0, "sse_keepalive_seconds must be > 0")
+        if self.admin_token == "":  # the shipped env file's `ADAPTIVESPEC_ADMIN_TOKEN=` means none
+            object.__setattr__(self, "admin_token", None)
         _require(
             self.admin_token is None or len(self.admin_token) >= 16,
-            "admin_token must be at least 16 characters",
+            "admin_token must be at least 16 characters (generate one with: openssl rand -hex 32)",
         )
 
     @property
-    def loopback_only(self) -> bool:
-        return self.host in ("127.0.0.1", "::1", "localhost")
+    def admin_host_names(self) -> frozenset[str]:
+        """Host header values admin requests may carry: what stops DNS rebinding."""
+        names = {"localhost", "127.0.0.1", "::1", *self.allowed_hosts}
+        if self.host not in ("0.0.0.0", "::", ""):
+            names.add(self.host)
+        return frozenset(name.lower() for name in names)

@@ -92,6 +92,8 @@ def _coerce(field: dataclasses.Field[Any], value: Any, where: str) -> Any:
             return int(value)
         if kind.startswith("float"):
             return float(value)
+        if kind.startswith("tuple"):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
     except ValueError as exc:
         raise ConfigError(f"{where}: expected {kind}, got {value!r}") from exc

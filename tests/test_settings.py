@@ -45,3 +45,17 @@ def test_bad_settings_name_the_problem(tmp_path: Path, text: str, env: dict[str,
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load(path, env, {})
+
+
+def test_an_empty_admin_token_means_none() -> None:
+    """The shipped env file has `ADAPTIVESPEC_ADMIN_TOKEN=`: a fresh install must start, without a token."""
+    config = load(None, {"ADAPTIVESPEC_ADMIN_TOKEN": ""}, {})
+    assert config.admin_token is None
+    with pytest.raises(ConfigError, match="16 characters"):
+        load(None, {"ADAPTIVESPEC_ADMIN_TOKEN": "short"}, {})
+
+
+def test_allowed_hosts_come_as_a_comma_list() -> None:
+    config = load(None, {"ADAPTIVESPEC_ALLOWED_HOSTS": "gpu-7.internal, api.example.com"}, {})
+    assert config.allowed_hosts == ("gpu-7.internal", "api.example.com")
+    assert {"gpu-7.internal", "localhost", "127.0.0.1"} <= config.admin_host_names

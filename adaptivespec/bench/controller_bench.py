@@ -8,6 +8,7 @@ import time
 import tracemalloc
 from dataclasses import replace
 
+from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.telemetry import StepTelemetry
 
@@ -21,13 +22,14 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _records() -> list[StepTelemetry]:
     """A realistic mix: 8 batch sizes x 3 draft lengths x 3 context lengths."""
-    base = StepTelemetry("pair", "bench", 1, 0, 300.0, 0, 0, 1, 0.0, 0.01, 0.01, 0.0)
+    base = StepTelemetry("pair", "bench", 1, 0, 300.0, 0, 0, 1, 0.0, 0.01, 0.01, 0.0, 0, ())
     out = []
     for batch in (1, 2, 4, 8, 16, 32, 64, 128):
         for k in (0, 2, 4):
             for ctx in (300.0, 900.0, 3000.0):
                 seconds = 0.01 * (1 + 0.2 * k) * (1 + batch / 32)
-                accepted = k * batch * 6 // 10
+                per_row = [min(k, (row * 7 + k) % (k + 2)) for row in range(batch)] if k else [0] * batch
+                accepted = sum(per_row)
                 out.append(
                     replace(
                         base,
@@ -39,6 +41,8 @@ def _records() -> list[StepTelemetry]:
                         emitted=batch + accepted,
                         verify_seconds=seconds,
                         step_seconds=seconds,
+                        width=k,
+                        kept_at_least=survival_counts(per_row, k),
                     )
                 )
     return out

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem
@@ -86,6 +87,8 @@ class HFLoop:
             verify_seconds=out.verify_seconds,
             step_seconds=out.step_seconds,
             timestamp=time.time(),
+            width=out.width,
+            kept_at_least=survival_counts(out.accepted, out.width),
         )
 
 

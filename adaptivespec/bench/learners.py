@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adaptivespec.bench.control import Learner
+from adaptivespec.controller import persistence
 from adaptivespec.controller.bandit import RiverBandit
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.keys import batch_bucket
@@ -20,7 +21,7 @@ def adaptive(model_key: str, hardware_key: str, store: Store | None) -> tuple[Co
     if store is not None:
         saved = store.load(model_key, hardware_key)
         if saved is not None:
-            controller.restore(saved)
+            persistence.restore(controller, saved)
     steps = 0
 
     def on_step(record: StepTelemetry) -> None:
@@ -34,10 +35,12 @@ def adaptive(model_key: str, hardware_key: str, store: Store | None) -> tuple[Co
 
 
 def flush(controller: Controller, store: Store) -> None:
-    history = list(controller.history)
-    store.save(controller.export_state(dirty_only=True), history)
-    controller.history.clear()
-    controller.dirty.clear()
+    unsaved = persistence.take_unsaved(controller)
+    try:
+        store.save(unsaved.state, unsaved.history)
+    except Exception:
+        persistence.give_back(controller, unsaved)
+        raise
 
 
 class PlainUCB:

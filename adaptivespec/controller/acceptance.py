@@ -1,16 +1,26 @@
 """Online acceptance: how many drafts a row keeps per step at each K, per context bucket.
 
-Acceptance depends on the workload and the context, not on the batch size, so every batch
-bucket pools into one estimate per (context bucket, K): a decayed ratio of accepted drafts
-over rows, so a step at batch 64 weighs 64 rows and a step at batch 1 weighs one.
-Where a K has few rows behind it (batch 1 gives one per step), the geometric model prices
-it instead: a per-token rate a keeps sum(a^j, j=1..K) drafts per row, with a pooled over
-every measured K (rows-weighted), which is far less noisy than any one K's own average.
+Drafts are prefixes: the first K' drafts of a K-token draft are what K' would have drafted
+(prompt lookup copies one span; a draft model decodes left to right). So one survival curve
+per context bucket predicts every K: s(j) = P(a row keeps at least j drafts), and a row at
+K keeps sum(s(j), j = 1..K) drafts on average. The curve is a product of per-position rates
+h(j) = P(keep draft j | kept draft j - 1), Kaplan-Meier style: every step at K informs
+positions 1..K, at every batch size (acceptance does not depend on the batch).
+
+Two shapes need this. A draft model's rates are roughly one constant (the geometric
+model). Prompt lookup's are not: the first draft is often missing or wrong (no match), and
+once a copied span is right the next token usually is too. So the first position has its
+own rate, later positions share a pooled "continuation" rate as their prior, and each
+position's own measurements take over as its rows accumulate. A step whose drafter found
+nothing counts as rows that kept no draft: the K the policy chose is what is being priced.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
+
+PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at batch 1 do not zero it
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -20,81 +30,82 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def invert_rate(rate: float, k: int) -> float:
-    """Per-token a such that sum(a^j, j=1..K) = rate * K (a few Newton steps)."""
-    if k <= 1 or rate <= 0.0:
-        return min(max(rate, 0.0), 0.999)
-    target = rate * k
-    alpha = min(max(rate, 0.05), 0.999)
-    for _ in range(6):
-        power, total, slope = 1.0, 0.0, 0.0
-        for j in range(1, k + 1):
-            slope += j * power
-            power *= alpha
-            total += power
-        alpha = min(max(alpha - (total - target) / slope, 0.0), 0.999)
-    return alpha
-
-
-PRIOR_ROWS = 20.0
+def survival_counts(accepted: list[int], k: int) -> tuple[int, ...]:
+    """Rows that kept at least j drafts, for j = 1..k (index j - 1), in O(rows + k)."""
+    histogram = [0] * (k + 1)
+    for a in accepted:
+        histogram[min(a, k)] += 1
+    at_least = list(accumulate(reversed(histogram)))[::-1]  # at_least[j] = rows with >= j
+    return tuple(at_least[1:])
 
 
 @dataclass(slots=True)
-class DecayedRatio:
-    accepted: float = 0.0
-    rows: float = 0.0
+class _Position:
+    kept: float = 0.0  # decayed rows that kept this draft
+    at_risk: float = 0.0  # decayed rows that kept the previous one, in steps that drafted this far
 
-    def update(self, accepted: float, rows: float, decay: float) -> None:
-        self.accepted = decay * self.accepted + accepted
-        self.rows = decay * self.rows + rows
 
-    @property
-    def per_row(self) -> float:
-        return self.accepted / self.rows if self.rows else 0.0
+@dataclass(frozen=True, slots=True)
+class AcceptanceRates:
+    """A context bucket's curve in two numbers: what the store keeps and a restart starts from."""
+
+    first: float  # P(the first draft is kept)
+    continuation: float  # P(draft j is kept | draft j - 1 was), pooled over j >= 2
 
 
 class AcceptanceEstimator:
-    def __init__(self, contexts: int, decay: float = 0.99, prior: float = 0.6, min_rows: float = 200) -> None:
+    def __init__(self, contexts: int, positions: int = 8, decay: float = 0.99, prior: float = 0.6) -> None:
         self.decay = decay
-        self.min_rows = min_rows  # rows before a K's own average replaces the pooled model
-        self._prior = [prior] * contexts
-        self._by_k: list[dict[int, DecayedRatio]] = [{} for _ in range(contexts)]
-        self._alpha: list[float | None] = [None] * contexts  # pooled rate, recomputed after an update
+        self.positions = positions
+        self._prior = [AcceptanceRates(prior, prior)] * contexts
+        self._curve: list[list[_Position]] = [
+            [_Position() for _ in range(positions + 1)] for _ in range(contexts)
+        ]  # index 0 unused
+        self._tokens: list[list[float] | None] = [None] * contexts  # expected tokens by K, cached
 
-    def observe(self, ctx: int, drafted: int, accepted: int, k: int, rows: int) -> None:
-        if k > 0 and drafted > 0:
-            self._by_k[ctx].setdefault(k, DecayedRatio()).update(accepted, rows, self.decay)
-            self._alpha[ctx] = None
+    def observe(self, ctx: int, k: int, rows: int, kept_at_least: tuple[int, ...]) -> None:
+        """One step that chose K for `rows` rows; `kept_at_least[j - 1]` rows kept >= j drafts."""
+        previous = float(rows)
+        curve = self._curve[ctx]
+        for j in range(1, min(k, self.positions) + 1):
+            kept = float(kept_at_least[j - 1]) if j <= len(kept_at_least) else 0.0
+            position = curve[j]
+            position.kept = self.decay * position.kept + kept
+            position.at_risk = self.decay * position.at_risk + previous
+            previous = kept
+        if k > 0:
+            self._tokens[ctx] = None
 
     def expected_tokens(self, ctx: int, k: int) -> float:
-        if k == 0:
-            return 1.0
-        measured = self._by_k[ctx].get(k)
-        if measured is not None and measured.rows >= self.min_rows:
-            return 1.0 + measured.per_row
-        return expected_tokens(self.alpha(ctx), k)
+        """Tokens a row emits per step at K (bonus token included)."""
+        tokens = self._tokens[ctx]
+        if tokens is None:
+            tokens = self._tokens[ctx] = self._expected_by_k(ctx)
+        return tokens[min(max(k, 0), self.positions)]
 
-    def alpha(self, ctx: int) -> float:
-        """Per-token rate pooled over every measured K, rows-weighted, with the prior as PRIOR_ROWS rows.
+    def _expected_by_k(self, ctx: int) -> list[float]:
+        rates = self.rates(ctx)
+        curve = self._curve[ctx]
+        expected, survival = [1.0], 1.0
+        for j in range(1, self.positions + 1):
+            prior = rates.first if j == 1 else rates.continuation
+            survival *= (curve[j].kept + PRIOR_ROWS * prior) / (curve[j].at_risk + PRIOR_ROWS)
+            expected.append(expected[-1] + survival)
+        return expected
 
-        The prior keeps a few unlucky rows at batch 1 from making every K > 0 look worthless,
-        which would stop the measurements that could correct it.
-        """
-        cached = self._alpha[ctx]
-        if cached is not None:
-            return cached
-        weight, total = PRIOR_ROWS, PRIOR_ROWS * self._prior[ctx]
-        for k, ratio in self._by_k[ctx].items():
-            if ratio.rows >= 1.0:
-                weight += ratio.rows
-                total += ratio.rows * invert_rate(ratio.per_row / k, k)
-        self._alpha[ctx] = total / weight
-        return total / weight
+    def rates(self, ctx: int) -> AcceptanceRates:
+        """The first-draft and the pooled continuation rate, each shrunk towards its prior."""
+        prior, curve = self._prior[ctx], self._curve[ctx]
+        first = (curve[1].kept + PRIOR_ROWS * prior.first) / (curve[1].at_risk + PRIOR_ROWS)
+        kept = sum(p.kept for p in curve[2:])
+        at_risk = sum(p.at_risk for p in curve[2:])
+        continuation = (kept + PRIOR_ROWS * prior.continuation) / (at_risk + PRIOR_ROWS)
+        return AcceptanceRates(first, continuation)
 
     def rows(self, ctx: int) -> float:
-        return sum(r.rows for r in self._by_k[ctx].values())
+        return self._curve[ctx][1].at_risk
 
-    def seed(self, ctx: int, alpha: float) -> None:
-        """Restores a saved rate as the prior, until fresh measurements outweigh it."""
-        self._prior[ctx] = alpha
-        self._alpha[ctx] = None
+    def seed(self, ctx: int, rates: AcceptanceRates) -> None:
+        """Restores saved rates as the prior, until fresh measurements outweigh them."""
+        self._prior[ctx] = rates
+        self._tokens[ctx] = None

@@ -15,10 +15,9 @@ cheap and informative:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import erf, inf, sqrt
 
-from adaptivespec.controller.acceptance import expected_tokens
 from adaptivespec.controller.bandit import ArmPolicy
 from adaptivespec.controller.costmodel import OptimisticCosts, measured_seconds
 from adaptivespec.controller.stats import EWStat
@@ -56,6 +55,16 @@ class LearningSettings:
     correction_fading: float = 0.02  # observed/expected memory: slow, it corrects model error
     correction_prior: float = 30.0  # pseudo-count pulling the correction towards 1
 
+    def __post_init__(self) -> None:
+        if not self.arms or self.arms[0] != 0 or list(self.arms) != sorted(set(self.arms)):
+            raise ValueError(f"arms must start at 0 and increase strictly, got {self.arms}")
+
+    def capped(self, max_k: int) -> LearningSettings:
+        """Only the arms a runner that drafts at most `max_k` tokens can run: K = 8 on a runner
+        capped at 4 would be run as 4 and never credited, and an arm that is never credited
+        keeps an infinite upper bound."""
+        return replace(self, arms=tuple(k for k in self.arms if k <= max_k))
+
     @property
     def effective_samples(self) -> float:
         """How many recent samples an exponentially weighted mean stands for: (2 - f) / f."""
@@ -71,7 +80,7 @@ class Cell:
     corrections: dict[int, EWStat] = field(default_factory=dict)  # observed / expected goodput
     scale: float = 0.0  # tokens/row/s of the first measurement: makes rewards ~1
     decided: int = -1
-    current: int = -1
+    running: int = -1  # what the engine runs at the next step: `decided`, or an arm being explored
     samples: int = 0
     candidates: tuple[int, ...] = ()
     pulls: int = 0  # steps this cell chose K for
@@ -146,7 +155,7 @@ class Cell:
         are re-pruned, not on every step.
         """
         if not self.samples:
-            return self.current
+            return self.running
         tokens = {k: acceptance(k) for k in self.settings.arms}  # once per step, for every pricing
         predicted = self.predictions(tokens.__getitem__)
         bandit = self._bandit
@@ -155,16 +164,16 @@ class Cell:
             self._upper = self.optimistic(tokens.__getitem__, neighbourhood.floor, predicted)
             bandit = self._refresh(predicted, self._upper, neighbourhood.ruled_out)
         self._decide(predicted)
-        if self._dwell_left > 0 and self.current in self.candidates:
+        if self._dwell_left > 0 and self.running in self.candidates:
             self._dwell_left -= 1
         else:
-            self.current = bandit.pull(self.candidates)
+            self.running = bandit.pull(self.candidates)
             # An unmeasured arm needs one step to price it (acceptance is pooled); a measured one is held.
-            self._dwell_left = self.settings.dwell - 1 if self.current in predicted else 0
+            self._dwell_left = self.settings.dwell - 1 if self.running in predicted else 0
         self.pulls += 1
-        if self.current != self.decided:
-            self.dominated_pulls += self._upper.get(self.current, inf) < self.lower(self.decided, predicted)
-        return self.current
+        if self.running != self.decided:
+            self.dominated_pulls += self._upper.get(self.running, inf) < self.lower(self.decided, predicted)
+        return self.running
 
     def _refresh(
         self, predicted: dict[int, float], bounds: dict[int, float], inherited: frozenset[int]
@@ -235,6 +244,6 @@ class Cell:
         return 0.5 * (1 + erf(gap / (spread * sqrt(2)))) if spread > 0 else 1.0
 
 
-def initial_k(arms: Sequence[int], alpha: float, slope: float) -> int:
-    """Before any measurement: the K that maximises E(a, K) / (1 + slope K)."""
-    return max(arms, key=lambda k: expected_tokens(alpha, k) / (1.0 + slope * k))
+def initial_k(arms: Sequence[int], acceptance: Acceptance, slope: float) -> int:
+    """Before any measurement: the K that maximises tokens per row / (1 + slope K)."""
+    return max(arms, key=lambda k: acceptance(k) / (1.0 + slope * k))

@@ -37,6 +37,10 @@ class Override:
         )
 
     @property
+    def scope(self) -> tuple[int | None, int | None]:
+        return self.ctx_bucket, self.batch_bucket
+
+    @property
     def specificity(self) -> int:
         return (self.ctx_bucket is not None) + (self.batch_bucket is not None)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adaptivespec.controller.acceptance import AcceptanceRates
 from adaptivespec.controller.overrides import Override
 
 
@@ -32,9 +33,8 @@ class CellState:
 @dataclass(frozen=True, slots=True)
 class AcceptanceState:
     ctx_bucket: int
-    mean: float
-    var: float
-    count: int
+    rates: AcceptanceRates
+    count: int  # rows measured
 
 
 @dataclass(frozen=True, slots=True)

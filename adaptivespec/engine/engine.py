@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from adaptivespec.config import EngineConfig
+from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import RowMoves, Scheduler
 from adaptivespec.engine.sequence import Sequence, SequenceStats, TokenEvent
 from adaptivespec.engine.telemetry import StepTelemetry, TelemetryBus
-from adaptivespec.engine.tokenizer import Tokenizer
+from adaptivespec.engine.tokenizer import Tokenizer, longest_token_chars
 from adaptivespec.errors import EngineStoppedError, InvalidRequestError
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,14 @@ class Completion:
     text: str
     finish_reason: str
     stats: SequenceStats
+
+
+@dataclass(slots=True)
+class EngineTotals:
+    """Running totals for metrics, counted where they happen (telemetry may drop records)."""
+
+    prompt_tokens: int = 0  # of admitted requests, when they are admitted
+    generation_tokens: int = 0  # tokens requests kept: none past a stop condition
 
 
 def compute_thread() -> ThreadPoolExecutor:
@@ -86,6 +95,9 @@ class Engine:
         self._executor: ThreadPoolExecutor | None = compute
         self._task: asyncio.Task[None] | None = None
         self.steps = 0
+        self.totals = EngineTotals()
+        self.failure: str | None = None  # why the step loop died; the service must be restarted
+        self.max_prompt_chars = config.max_context * longest_token_chars(tokenizer)
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -112,6 +124,11 @@ class Engine:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    @property
+    def healthy(self) -> bool:
+        """Started and its loop alive: what /health and the systemd watchdog report."""
+        return self.running and self.failure is None
+
     # ---- requests --------------------------------------------------------------------
     def submit(self, prompt: str | Seq[int], params: SamplingParams) -> RequestStream:
         """Validates and queues a request; iterate the result for its tokens.
@@ -136,17 +153,29 @@ class Engine:
 
     def _enqueue(self, prompt: str | Seq[int], params: SamplingParams) -> Sequence:
         if not self.running:
-            raise EngineStoppedError("the engine is not running; call start() first")
+            raise EngineStoppedError(self.failure or "the engine is not running; call start() first")
         sequence = self._new_sequence(self._tokenize(prompt), params)
         self.scheduler.add(sequence)
         self._wakeup.set()
         return sequence
 
+    def encode(self, prompt: str) -> list[int]:
+        """Token ids of a text prompt. Thread-safe: servers call it off the event loop, since a
+        long prompt takes milliseconds to tokenize; text that cannot fit the context is refused
+        by its length before any tokenizing."""
+        if not prompt:
+            raise InvalidRequestError("prompt is empty; send at least one character", "prompt")
+        if len(prompt) > self.max_prompt_chars:
+            raise InvalidRequestError(
+                f"prompt has {len(prompt)} characters, more than a context of {self.config.max_context} "
+                "tokens can hold; shorten the prompt",
+                "prompt",
+            )
+        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
+
     def _tokenize(self, prompt: str | Seq[int]) -> list[int]:
         if isinstance(prompt, str):
-            if not prompt:
-                raise InvalidRequestError("prompt is empty; send at least one character", "prompt")
-            return list(self.tokenizer.encode(prompt, add_special_tokens=True))
+            return self.encode(prompt)
         ids = [int(t) for t in prompt]
         if not ids:
             raise InvalidRequestError("prompt is empty; send at least one token", "prompt")
@@ -185,12 +214,30 @@ class Engine:
 
     # ---- the step loop -----------------------------------------------------------------
     async def _loop(self) -> None:
-        while True:
-            if not self.scheduler.has_work:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            await self.step()
+        """Steps while there is work. A step that raises outside the contained model compute
+        (moving rows, detokenizing, stop matching) leaves the batch in an unknown state: every
+        request then fails with the reason, and the loop stops, so /health and the watchdog
+        report it and the service manager restarts the process."""
+        try:
+            while True:
+                if not self.scheduler.has_work:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                await self.step()
+        except Exception as exc:
+            log.exception("the engine loop failed; failing every request")
+            self.failure = (
+                f"the engine stopped after an internal error ({type(exc).__name__}); restart the service"
+            )
+            self._fail_everything(self.failure)
+
+    def _fail_everything(self, error: str) -> None:
+        for sequence in self.scheduler.running:
+            sequence.fail("error", error)
+        self.scheduler.running.clear()
+        while self.scheduler.waiting:
+            self.scheduler.waiting.popleft().fail("error", error)
 
     async def step(self) -> None:
         """One iteration: admit and prefill newcomers, then one decode step of the batch."""
@@ -223,7 +270,8 @@ class Engine:
                 sequence.fail("error", f"prefill failed: {type(exc).__name__}")
             return
         for sequence, token in zip(sequences, first_tokens, strict=True):
-            sequence.add_tokens([token], self.runner.eos_token_ids)
+            self.totals.prompt_tokens += len(sequence.prompt_ids)
+            self.totals.generation_tokens += sequence.add_tokens([token], self.runner.eos_token_ids)
 
     async def _decode(self, moves: RowMoves, batch: list[Sequence]) -> None:
         context = sum(len(s) for s in batch) / len(batch)
@@ -250,6 +298,7 @@ class Engine:
             sequence.stats.accepted += accepted
             if not sequence.finished:
                 kept += sequence.add_tokens(tokens, self.runner.eos_token_ids)
+        self.totals.generation_tokens += kept
         self.telemetry.publish(self._record(out, len(batch), context, kept))
 
     def _record(self, out: DecodeOutput, batch_size: int, context: float, emitted: int) -> StepTelemetry:
@@ -266,6 +315,8 @@ class Engine:
             verify_seconds=out.verify_seconds,
             step_seconds=out.step_seconds,
             timestamp=time.time(),
+            width=out.width,
+            kept_at_least=survival_counts(out.accepted, out.width),
         )
 
     async def _compute(self, fn: Callable[..., T], *args: object) -> T:

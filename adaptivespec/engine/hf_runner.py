@@ -90,7 +90,8 @@ class HFRunner:
         self.clock.lap()
         sampling = self._sampling(slice(0, batch))
         old_lens = self.rows.lens[:batch].clone()
-        proposal = self._propose(batch, min(k, self.max_spec_tokens), sampling)
+        k = min(k, self.max_spec_tokens)
+        proposal = self._propose(batch, k, sampling)
         drafted_at = time.perf_counter()
         if proposal is None:
             verdict = self._plain_step(batch, sampling)
@@ -106,7 +107,8 @@ class HFRunner:
             tokens=[row[: a + 1] for row, a in zip(emitted, accepted, strict=True)],
             drafted=drafted,
             accepted=accepted,
-            k=0 if proposal is None else proposal.drafts.shape[1],
+            k=k,
+            width=0 if proposal is None else proposal.drafts.shape[1],
             draft_seconds=drafted_at - began,
             verify_seconds=done - drafted_at,
             step_seconds=done - began,

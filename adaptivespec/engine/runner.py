@@ -31,7 +31,8 @@ class DecodeOutput:
     tokens: list[list[int]]  # tokens emitted per row, 1 to k+1 each
     drafted: list[int]  # drafts proposed per row
     accepted: list[int]  # drafts accepted per row
-    k: int  # draft length actually used this step
+    k: int  # draft length asked of the drafter: the policy's K, capped at max_spec_tokens
+    width: int  # drafts verified per row (0 = a plain step); below k when the drafter found fewer
     draft_seconds: float
     verify_seconds: float
     step_seconds: float

@@ -14,6 +14,10 @@ import torch
 
 from adaptivespec.errors import InvalidRequestError
 
+MAX_STOPS = 16  # stop strings are matched on the event loop, per row and step: bounded work
+MAX_STOP_CHARS = 256
+SEED_LIMIT = 2**64  # torch generators take seeds in [0, 2^64)
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -37,6 +41,12 @@ class SamplingParams:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}", "top_p")
         if any(not isinstance(s, str) or s == "" for s in self.stop):
             raise InvalidRequestError("stop strings must be non-empty strings", "stop")
+        if len(self.stop) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in self.stop):
+            raise InvalidRequestError(
+                f"at most {MAX_STOPS} stop strings of at most {MAX_STOP_CHARS} characters each", "stop"
+            )
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < SEED_LIMIT):
+            raise InvalidRequestError(f"seed must be an integer in [0, 2^64), got {self.seed!r}", "seed")
 
     @property
     def greedy(self) -> bool:
@@ -85,7 +95,8 @@ def sample_from(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     cdf = probs.cumsum(dim=-1)
     total = cdf[..., -1:]
     target = (uniforms.unsqueeze(-1) * total).contiguous()
-    index = torch.searchsorted(cdf.contiguous(), target).squeeze(-1)
+    # The first index whose cdf exceeds the target: a zero-probability token is never picked, u = 0 included.
+    index = torch.searchsorted(cdf.contiguous(), target, side="right").squeeze(-1)
     return index.clamp(max=probs.shape[-1] - 1)
 
 

@@ -39,6 +39,8 @@ class Scheduler:
 
     def add(self, sequence: Sequence) -> None:
         if len(self.waiting) >= self.max_queued:
+            self._drop_aborted()  # a client that gave up does not hold a place in the queue
+        if len(self.waiting) >= self.max_queued:
             raise QueueFullError(
                 f"the waiting queue is full ({self.max_queued} requests); retry later or raise max_queued"
             )
@@ -80,6 +82,12 @@ class Scheduler:
             admitted.append(sequence)
         self.running.extend(admitted)
         return Admission(row_start, admitted)
+
+    def _drop_aborted(self) -> None:
+        for sequence in self.waiting:
+            if sequence.aborted:
+                sequence.fail("abort")
+        self.waiting = deque(s for s in self.waiting if not s.aborted)
 
     def drain_waiting(self, reason: str) -> None:
         while self.waiting:

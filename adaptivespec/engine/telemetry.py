@@ -15,7 +15,7 @@ class StepTelemetry:
     model_key: str
     hardware_key: str
     batch_size: int  # decoding sequences only; prefill is not counted
-    k: int  # draft length used this step (0 = speculation off)
+    k: int  # draft length the policy chose (0 = speculation off); what the step is credited to
     mean_context_len: float
     drafted: int
     accepted: int
@@ -24,6 +24,8 @@ class StepTelemetry:
     verify_seconds: float
     step_seconds: float
     timestamp: float  # time.time() at the end of the step
+    width: int  # drafts verified per row (0 = a plain step); below k when the drafter found fewer
+    kept_at_least: tuple[int, ...]  # [j - 1]: rows that kept >= j drafts, j = 1..width
 
 
 class Subscription:
@@ -51,9 +53,6 @@ class TelemetryBus:
         subscription = Subscription(maxsize or self._queue_size)
         self._subscribers.append(subscription)
         return subscription
-
-    def unsubscribe(self, subscription: Subscription) -> None:
-        self._subscribers.remove(subscription)
 
     @property
     def dropped(self) -> int:

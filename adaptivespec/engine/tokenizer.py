@@ -24,3 +24,16 @@ class ByteTokenizer:
 
     def __len__(self) -> int:
         return 256
+
+
+def longest_token_chars(tokenizer: Tokenizer) -> int:
+    """The most characters one token can stand for, so a text's length bounds its token count.
+
+    A vocabulary entry's spelling (byte-level "Ġ" symbols included) is never shorter than the
+    text it decodes to, so the longest entry is a sound bound; without a vocabulary (bytes as
+    tokens) a token is at most one character.
+    """
+    vocab = getattr(tokenizer, "get_vocab", None)
+    if vocab is None:
+        return 1
+    return max((len(piece) for piece in vocab()), default=1)

@@ -1,12 +1,20 @@
 """The admin API: what the controller learned, its history, overrides and freeze; bearer-token guarded.
 
-Tokens are compared as SHA-256 digests with hmac.compare_digest (constant time, exact case).
-Without a configured token the admin routes are refused unless the server listens on
-loopback only.
+Who may do what:
+- With a token configured, every admin route needs it (`Authorization: Bearer ...`).
+  Tokens are compared as SHA-256 digests with hmac.compare_digest (constant time).
+- Without one, changes (overrides, freeze) are refused, and the read-only pages are served
+  only to a loopback peer that came through no proxy (no Forwarded, X-Forwarded-For or
+  X-Real-IP header). A proxy on the same host that forwards without those headers would
+  make the read-only pages public: set a token whenever a proxy fronts the daemon.
+- The Host header must name this server (loopback, `host`, or `allowed_hosts`), so a web
+  page cannot reach the admin API through DNS rebinding, and a change must be sent as
+  application/json, which a cross-site form cannot send without a CORS preflight.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import html
@@ -15,9 +23,11 @@ from typing import Any
 
 from aiohttp import web
 
+from adaptivespec.controller import operator
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.overrides import Override
+from adaptivespec.controller.publication import PublishedCell, published_cells
 from adaptivespec.errors import ConfigError
 from adaptivespec.server.protocol import ApiError, parse_json
 from adaptivespec.server.state import CONFIG, FLUSH, SERVICES
@@ -32,16 +42,26 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
+_PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
+_LOOPBACK_PEERS = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+
+
 def _authorise(request: web.Request) -> None:
     config = request.app[CONFIG]
-    if config.admin_token is None:
-        if config.loopback_only:
-            return
+    host = (request.url.host or "").lower().strip("[]")
+    if host not in config.admin_host_names:
         raise ApiError(
             403,
-            "admin API is off: set ADAPTIVESPEC_ADMIN_TOKEN, or bind to 127.0.0.1",
+            f"admin requests must be addressed to this server, not {host!r}; "
+            "add the name to allowed_hosts (ADAPTIVESPEC_ALLOWED_HOSTS) if it is one",
             kind="permission_error",
         )
+    changes = request.method not in ("GET", "HEAD")
+    if changes and request.content_type != "application/json" and request.method != "DELETE":
+        raise ApiError(415, "admin changes must be sent as Content-Type: application/json")
+    if config.admin_token is None:
+        _authorise_without_token(request, changes)
+        return
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     expected = hashlib.sha256(config.admin_token.encode()).digest()
@@ -50,31 +70,59 @@ def _authorise(request: web.Request) -> None:
         raise ApiError(401, "missing or wrong admin bearer token", kind="authentication_error")
 
 
-def _threshold_rows(controller: Controller) -> list[dict[str, Any]]:
+def _authorise_without_token(request: web.Request, changes: bool) -> None:
+    if changes:
+        raise ApiError(
+            403,
+            "admin changes need a token: set ADAPTIVESPEC_ADMIN_TOKEN and send it as a bearer token",
+            kind="permission_error",
+        )
+    proxied = any(name in request.headers for name in _PROXY_HEADERS)
+    if request.remote not in _LOOPBACK_PEERS or proxied:
+        raise ApiError(
+            403,
+            "without ADAPTIVESPEC_ADMIN_TOKEN the admin pages are served only to local clients "
+            "that come through no proxy; set a token",
+            kind="permission_error",
+        )
+
+
+def _threshold_rows(controller: Controller, max_context: int) -> list[dict[str, Any]]:
+    """Per context bucket, the decisions (never an exploration step), and which cells explore now."""
     thresholds = controller.thresholds()
+    measured = {(d.ctx_bucket, d.batch_bucket): d for d in controller.decisions()}
     rows: dict[int, dict[str, Any]] = {}
-    for d in controller.decisions():
+    for cell in published_cells(controller, max_context):
         row = rows.setdefault(
-            d.ctx_bucket,
+            cell.ctx_bucket,
             {
                 "model_key": controller.model_key,
                 "hardware_key": controller.hardware_key,
-                "ctx_bucket": CONTEXT_BUCKETS[d.ctx_bucket].label,
-                "threshold": thresholds.get(d.ctx_bucket),
+                "ctx_bucket": CONTEXT_BUCKETS[cell.ctx_bucket].label,
+                "threshold": thresholds.get(cell.ctx_bucket),
                 "k_by_bucket": {},
+                "source_by_bucket": {},
+                "exploring": {},
                 "samples": 0,
-                "confidence": 1.0,
+                "confidence": None,
                 "policy_version": controller.version,
             },
         )
-        row["k_by_bucket"][BATCH_BUCKETS[d.batch_bucket].label] = d.k
-        row["samples"] += d.samples
-        row["confidence"] = min(row["confidence"], d.confidence)
+        label = BATCH_BUCKETS[cell.batch_bucket].label
+        row["k_by_bucket"][label] = cell.decided
+        row["source_by_bucket"][label] = cell.source
+        if cell.exploring:
+            row["exploring"][label] = cell.running
+        decision = measured.get((cell.ctx_bucket, cell.batch_bucket))
+        if decision is not None:
+            row["samples"] += decision.samples
+            row["confidence"] = min(row["confidence"] or 1.0, decision.confidence)
     return [rows[ctx] for ctx in sorted(rows)]
 
 
 async def thresholds(request: web.Request) -> web.Response:
-    return web.json_response({"data": _threshold_rows(request.app[SERVICES].controller)})
+    max_context = request.app[CONFIG].engine.max_context
+    return web.json_response({"data": _threshold_rows(request.app[SERVICES].controller, max_context)})
 
 
 async def decisions(request: web.Request) -> web.Response:
@@ -84,7 +132,10 @@ async def decisions(request: web.Request) -> web.Response:
     flush = request.app.get(FLUSH)
     if flush is not None:
         await flush()
-    rows, total = services.store.history(limit=limit, offset=offset)
+    controller = services.controller
+    rows, total = await asyncio.to_thread(
+        services.store.history, controller.model_key, controller.hardware_key, limit, offset
+    )
     return web.json_response(
         {
             "data": [r.__dict__ if hasattr(r, "__dict__") else _row(r) for r in rows],
@@ -117,13 +168,13 @@ async def add_override(request: web.Request) -> web.Response:
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ApiError(400, f"{name} must be an integer", param=name)
+    controller = request.app[SERVICES].controller
     try:
         kind: Any = body.get("kind")
         override = Override(kind, body.get("k"), body.get("ctx_bucket"), body.get("batch_bucket"))
+        operator.add_override(controller, override, reason=f"admin: {override.kind}")
     except ConfigError as exc:
-        raise ApiError(400, str(exc), param="kind") from exc
-    controller = request.app[SERVICES].controller
-    controller.set_overrides((*controller.overrides, override), reason=f"admin: {override.kind}")
+        raise ApiError(400, str(exc)) from exc
     return web.json_response(
         {
             "overrides": [o.__dict__ if hasattr(o, "__dict__") else _row(o) for o in controller.overrides],
@@ -134,7 +185,7 @@ async def add_override(request: web.Request) -> web.Response:
 
 async def clear_overrides(request: web.Request) -> web.Response:
     controller = request.app[SERVICES].controller
-    controller.set_overrides((), reason="admin: clear")
+    operator.set_overrides(controller, (), reason="admin: clear")
     return web.json_response({"overrides": [], "policy_version": controller.version})
 
 
@@ -144,26 +195,22 @@ async def freeze(request: web.Request) -> web.Response:
     if not isinstance(frozen, bool) or set(body) - {"frozen"}:
         raise ApiError(400, 'body must be {"frozen": true|false}', param="frozen")
     controller = request.app[SERVICES].controller
-    controller.freeze(frozen)
+    operator.freeze(controller, frozen)
     return web.json_response({"frozen": frozen, "policy_version": controller.version})
 
 
 async def page(request: web.Request) -> web.Response:
-    """A heatmap of the learned K over batch x context buckets, with each threshold marked."""
+    """A heatmap of the decided K over batch x context buckets, with each threshold marked."""
     controller = request.app[SERVICES].controller
-    table = controller.live.snapshot.table
-    visited = {(d.ctx_bucket, d.batch_bucket) for d in controller.decisions()}
     thresholds = controller.thresholds()
     head = "".join(f"<th>{html.escape(b.label)}</th>" for b in BATCH_BUCKETS)
-    body = []
-    for ctx, row in enumerate(table):
-        cells = []
-        for batch, k in enumerate(row):
-            shade = 255 - min(k, 8) * 24
-            mark = " threshold" if thresholds.get(ctx) == BATCH_BUCKETS[batch].lo else ""
-            seen = "" if (ctx, batch) in visited else " unseen"
-            cells.append(f'<td class="k{mark}{seen}" style="background:rgb({shade},{shade},255)">{k}</td>')
-        body.append(f"<tr><th>{html.escape(CONTEXT_BUCKETS[ctx].label)}</th>{''.join(cells)}</tr>")
+    rows: dict[int, list[str]] = {}
+    for cell in published_cells(controller, request.app[CONFIG].engine.max_context):
+        rows.setdefault(cell.ctx_bucket, []).append(_heat_cell(cell, thresholds.get(cell.ctx_bucket)))
+    body = [
+        f"<tr><th>{html.escape(CONTEXT_BUCKETS[ctx].label)}</th>{''.join(cells)}</tr>"
+        for ctx, cells in sorted(rows.items())
+    ]
     document = _PAGE.format(
         model=html.escape(controller.model_key),
         hardware=html.escape(controller.hardware_key),
@@ -174,13 +221,27 @@ async def page(request: web.Request) -> web.Response:
     return web.Response(text=document, content_type="text/html")
 
 
+def _heat_cell(cell: PublishedCell, threshold: int | None) -> str:
+    shade = 255 - min(cell.decided, 8) * 24
+    classes = ["k", cell.source]
+    if threshold == BATCH_BUCKETS[cell.batch_bucket].lo:
+        classes.append("threshold")
+    note = f' title="exploring K={cell.running} this step"' if cell.exploring else ""
+    mark = "*" if cell.exploring else ""
+    style = f"background:rgb({shade},{shade},255)"
+    return f'<td class="{" ".join(classes)}"{note} style="{style}">{cell.decided}{mark}</td>'
+
+
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>adaptivespec</title><style>
 body{{font-family:sans-serif;margin:2em}} td,th{{padding:4px 8px;text-align:center;border:1px solid #ccc}}
-table{{border-collapse:collapse}} .threshold{{border-left:4px solid #d00}} .unseen{{color:#999}}
+table{{border-collapse:collapse}} .threshold{{border-left:4px solid #d00}} .borrowed,.prior{{color:#999}}
+.override{{font-weight:bold;text-decoration:underline}}
 </style></head><body><h1>Learned draft length K</h1>
 <p>{model} on {hardware}, policy version {version}. Rows: context length; columns: batch size.
 Darker = larger K; a red left border marks the learned threshold (speculation off from there on);
-grey numbers are buckets not measured yet, which borrow the nearest measured decision.</p>
+grey numbers are buckets not measured yet, which borrow the nearest measured decision (or the
+prior, before anything is measured); underlined numbers are operator overrides; * marks a bucket whose
+next step explores another K to measure it. The decisions are those of /admin/thresholds and the metrics.</p>
 <table><tr><th>context \\ batch</th>{head}</tr>{rows}</table></body></html>"""
 
 

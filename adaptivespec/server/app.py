@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from adaptivespec.config import ServeConfig
-from adaptivespec.controller.controller import Controller
+from adaptivespec.controller import persistence
+from adaptivespec.controller.cell import LearningSettings
+from adaptivespec.controller.controller import Controller, ControllerConfig
+from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.runner import Runner
@@ -97,10 +100,11 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
     loaded = await asyncio.get_running_loop().run_in_executor(compute, _load, config)
     runner, tokenizer = loaded.runner, loaded.tokenizer
     store = Store(config.db)
-    controller = Controller(runner.model_key, runner.hardware_key)
+    learning = LearningSettings().capped(runner.max_spec_tokens)
+    controller = Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=learning))
     saved = store.load(runner.model_key, runner.hardware_key)
     if saved is not None:
-        controller.restore(saved)  # applied before the first step
+        persistence.restore(controller, saved)  # applied before the first step
     engine = Engine(runner, tokenizer, controller.live, config.engine, compute=compute)
     name = config.served_model_name or loaded.name
     aliases = frozenset(a.lower() for a in {name, loaded.name, *loaded.aliases})
@@ -108,19 +112,22 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
     lock = asyncio.Lock()
 
     async def flush() -> None:
+        """Saves what changed since the last save; if the save fails, all of it is kept for the next."""
         async with lock:
-            state, history = controller.export_state(dirty_only=True), list(controller.history)
-            controller.history.clear()
-            controller.dirty.clear()
-            await asyncio.get_running_loop().run_in_executor(None, store.save, state, history)
+            unsaved = persistence.take_unsaved(controller)
+            try:
+                await asyncio.to_thread(store.save, unsaved.state, unsaved.history)
+            except Exception:
+                persistence.give_back(controller, unsaved)
+                raise
 
     app[FLUSH] = flush
     await engine.start()
     tasks = [
-        asyncio.create_task(controller.run(engine.telemetry.subscribe()), name="controller"),
+        asyncio.create_task(run_controller(controller, engine.telemetry.subscribe()), name="controller"),
         asyncio.create_task(app[METRICS].consume(engine.telemetry.subscribe()), name="metrics"),
         asyncio.create_task(_periodic(flush, config.flush_seconds), name="store-flush"),
-        asyncio.create_task(app[NOTIFIER].watchdog(), name="watchdog"),
+        asyncio.create_task(app[NOTIFIER].watchdog(lambda: engine.healthy), name="watchdog"),
     ]
     app[LIFECYCLE].ready = True
     log.info("serving %s on %s", name, runner.hardware_key)
@@ -183,10 +190,14 @@ async def health(request: web.Request) -> web.Response:
         return web.json_response({"status": "draining"}, status=503)
     if not lifecycle.ready:
         return web.json_response({"status": "starting"}, status=503)
+    engine = request.app[SERVICES].engine
+    if not engine.healthy:
+        error = engine.failure or "the engine loop is not running"
+        return web.json_response({"status": "failed", "error": error}, status=503)
     return web.json_response({"status": "ok"})
 
 
 async def metrics(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    body = request.app[METRICS].render(services.engine, services.controller.live)
+    body = request.app[METRICS].render(services.engine, services.controller)
     return web.Response(body=body, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})

@@ -6,11 +6,14 @@ The registry belongs to the app (no global state). Gauges that describe the pres
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS
-from adaptivespec.controller.snapshot import LivePolicy
-from adaptivespec.engine.engine import Engine
+from adaptivespec.controller.publication import published_cells
+from adaptivespec.engine.engine import Engine, EngineTotals
 from adaptivespec.engine.telemetry import StepTelemetry, Subscription
 
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
@@ -19,6 +22,7 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._counted = EngineTotals()  # the engine's totals at the last scrape
         r = self.registry
         self.running = Gauge("adaptivespec:num_requests_running", "Requests in the decode batch.", registry=r)
         self.waiting = Gauge(
@@ -39,7 +43,16 @@ class Metrics:
             "adaptivespec:spec_decode_num_accepted_tokens", "Draft tokens accepted.", registry=r
         )
         self.k = Gauge(
-            "adaptivespec:spec_k", "Current K per bucket.", ["ctx_bucket", "batch_bucket"], registry=r
+            "adaptivespec:spec_k",
+            "Decided K per bucket (the same as /admin/thresholds).",
+            ["ctx_bucket", "batch_bucket"],
+            registry=r,
+        )
+        self.exploring = Gauge(
+            "adaptivespec:spec_k_exploring",
+            "1 where the bucket's next step explores another K than the decision.",
+            ["ctx_bucket", "batch_bucket"],
+            registry=r,
         )
         self.policy_version = Gauge("adaptivespec:policy_version", "Current policy version.", registry=r)
         self.rejections = Counter(
@@ -50,9 +63,8 @@ class Metrics:
         )
 
     def observe(self, record: StepTelemetry) -> None:
-        self.generation_tokens.inc(record.emitted)
         self.step_seconds.observe(record.step_seconds)
-        if record.k > 0:
+        if record.width > 0:
             self.drafts.inc(record.batch_size)
             self.draft_tokens.inc(record.drafted)
             self.accepted_tokens.inc(record.accepted)
@@ -61,13 +73,17 @@ class Metrics:
         while True:
             self.observe(await subscription.get())
 
-    def render(self, engine: Engine, policy: LivePolicy) -> bytes:
+    def render(self, engine: Engine, controller: Controller) -> bytes:
+        totals = engine.totals
+        self.prompt_tokens.inc(totals.prompt_tokens - self._counted.prompt_tokens)
+        self.generation_tokens.inc(totals.generation_tokens - self._counted.generation_tokens)
+        self._counted = replace(totals)
         self.running.set(len(engine.scheduler.running))
         self.waiting.set(len(engine.scheduler.waiting))
         self.telemetry_dropped.set(engine.telemetry.dropped)
-        snapshot = policy.snapshot
-        self.policy_version.set(snapshot.version)
-        for ctx, row in enumerate(snapshot.table):
-            for batch, k in enumerate(row):
-                self.k.labels(CONTEXT_BUCKETS[ctx].label, BATCH_BUCKETS[batch].label).set(k)
+        self.policy_version.set(controller.live.snapshot.version)
+        for cell in published_cells(controller, engine.config.max_context):
+            labels = (CONTEXT_BUCKETS[cell.ctx_bucket].label, BATCH_BUCKETS[cell.batch_bucket].label)
+            self.k.labels(*labels).set(cell.decided)
+            self.exploring.labels(*labels).set(int(cell.exploring))
         return generate_latest(self.registry)

@@ -12,10 +12,11 @@ from typing import Any
 from aiohttp import web
 
 from adaptivespec.engine.engine import RequestStream
+from adaptivespec.engine.sequence import TokenEvent
 from adaptivespec.errors import EngineStoppedError, InvalidRequestError, QueueFullError
 from adaptivespec.server import protocol
 from adaptivespec.server.protocol import ApiError, GenerationRequest
-from adaptivespec.server.state import METRICS, SERVICES, Services
+from adaptivespec.server.state import CONFIG, METRICS, SERVICES, Services
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise ApiError(
             400, "this model's tokenizer has no chat template; use /v1/completions", param="messages"
         )
-    return await _serve(request, protocol.chat_request(body, render_chat(services.tokenizer, messages)))
+    characters = sum(len(m["content"]) for m in messages)
+    if characters > services.engine.max_prompt_chars:
+        raise ApiError(
+            400,
+            f"messages have {characters} characters, more than the context of "
+            f"{services.engine.config.max_context} tokens can hold; shorten them",
+            param="messages",
+        )
+    prompt = await asyncio.to_thread(render_chat, services.tokenizer, messages)  # off the event loop
+    return await _serve(request, protocol.chat_request(body, prompt))
 
 
 def render_chat(tokenizer: object, messages: list[dict[str, str]]) -> tuple[int, ...]:
@@ -80,14 +90,22 @@ def _check_model(services: Services, body: dict[str, Any]) -> None:
         )
 
 
-def _submit(request: web.Request, job: GenerationRequest) -> list[RequestStream]:
-    """Queues every prompt, or none: a refusal part-way aborts the ones already queued."""
+async def _submit(request: web.Request, job: GenerationRequest) -> list[RequestStream]:
+    """Queues every prompt, or none: a refusal part-way aborts the ones already queued.
+
+    Text is tokenized on a worker thread: a long prompt takes milliseconds, which would
+    stall every stream the event loop is serving.
+    """
     services = request.app[SERVICES]
     metrics = request.app[METRICS]
+    engine = services.engine
     streams: list[RequestStream] = []
     try:
-        for prompt in job.prompts:
-            streams.append(services.engine.submit(prompt, job.params))
+        prompts = await asyncio.to_thread(
+            lambda: [engine.encode(p) if isinstance(p, str) else p for p in job.prompts]
+        )
+        for prompt in prompts:
+            streams.append(engine.submit(prompt, job.params))
     except (InvalidRequestError, QueueFullError, EngineStoppedError) as exc:
         for stream in streams:
             asyncio.ensure_future(stream.aclose())
@@ -96,22 +114,19 @@ def _submit(request: web.Request, job: GenerationRequest) -> list[RequestStream]
             raise ApiError(429, str(exc), kind="rate_limit_error", code="queue_full") from exc
         if isinstance(exc, EngineStoppedError):
             metrics.rejections.labels("draining").inc()
-            raise ApiError(
-                503, "the server is shutting down; retry on another replica", kind="server_error"
-            ) from exc
+            reason = engine.failure or "the server is shutting down"
+            raise ApiError(503, f"{reason}; retry on another replica", kind="server_error") from exc
         metrics.rejections.labels("invalid").inc()
         raise ApiError(400, str(exc), param=exc.param) from exc
-    metrics.prompt_tokens.inc(sum(s.prompt_tokens for s in streams))
     return streams
 
 
-async def _merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Any]]:
-    """Events of every prompt as they come, tagged with the prompt's index."""
-    if len(streams) == 1:
-        async for event in streams[0]:
-            yield 0, event
-        return
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+async def _merged(
+    streams: list[RequestStream], quiet_seconds: float | None = None
+) -> AsyncIterator[tuple[int, TokenEvent | None]]:
+    """Events of every prompt as they come, tagged with the prompt's index; (-1, None) after
+    each `quiet_seconds` without one (a queued request, a long prefill), for keep-alives."""
+    queue: asyncio.Queue[tuple[int, TokenEvent]] = asyncio.Queue()
 
     async def pump(index: int, stream: RequestStream) -> None:
         async for event in stream:
@@ -121,7 +136,11 @@ async def _merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Any]
     try:
         finished = 0
         while finished < len(streams):
-            index, event = await queue.get()
+            try:
+                index, event = await asyncio.wait_for(queue.get(), quiet_seconds)
+            except TimeoutError:
+                yield -1, None
+                continue
             finished += event.finish_reason is not None
             yield index, event
     finally:
@@ -131,7 +150,7 @@ async def _merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Any]
 
 
 async def _serve(request: web.Request, job: GenerationRequest) -> web.StreamResponse:
-    streams = _submit(request, job)
+    streams = await _submit(request, job)
     try:
         if job.stream:
             return await _stream(request, job, streams)
@@ -146,6 +165,8 @@ async def _collect(
 ) -> web.Response:
     outcome = Outcome([""] * len(streams), [None] * len(streams))
     async for index, event in _merged(streams):
+        if event is None:
+            continue
         outcome.text[index] += event.text
         outcome.completion_tokens += len(event.token_ids)
         if event.finish_reason is not None:
@@ -165,11 +186,19 @@ async def _collect(
 async def _stream(
     request: web.Request, job: GenerationRequest, streams: list[RequestStream]
 ) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    headers = {
+        "Content-Type": "text/event-stream",
+        "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",  # nginx would otherwise hold the stream back in its buffer
+    }
+    response = web.StreamResponse(headers=headers)
     await response.prepare(request)
     request_id, name = protocol.new_id(job.chat), request.app[SERVICES].model_name
     completion_tokens = 0
-    async for index, event in _merged(streams):
+    async for index, event in _merged(streams, request.app[CONFIG].sse_keepalive_seconds):
+        if event is None:
+            await response.write(b": keep-alive\n\n")  # a comment: clients ignore it, proxies see traffic
+            continue
         completion_tokens += len(event.token_ids)
         if event.finish_reason == "error":
             error = protocol.error_body(event.error or "generation failed", "server_error")

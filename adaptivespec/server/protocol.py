@@ -53,10 +53,15 @@ class GenerationRequest:
     chat: bool
 
 
+MAX_PROMPTS = 32  # prompts one completion request may carry; each becomes a queued request
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError as exc:
+        raise ApiError(400, "request body nests too deeply; flatten the JSON") from exc
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, or an integer too long to read
         raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")
@@ -80,6 +85,10 @@ def parse_completion(body: dict[str, Any]) -> GenerationRequest:
             400,
             "prompt must be a non-empty string, a list of strings, or a list of token ids",
             param="prompt",
+        )
+    if len(prompts) > MAX_PROMPTS:
+        raise ApiError(
+            400, f"at most {MAX_PROMPTS} prompts per request; send the rest in more requests", param="prompt"
         )
     return _generation(body, prompts, chat=False)
 
@@ -122,8 +131,8 @@ def _generation(
     try:
         params = SamplingParams(
             max_tokens=_typed(max_tokens, int, "max_tokens"),
-            temperature=float(_typed(body.get("temperature", 1.0), (int, float), "temperature")),
-            top_p=float(_typed(body.get("top_p", 1.0), (int, float), "top_p")),
+            temperature=_real(body.get("temperature", 1.0), "temperature"),
+            top_p=_real(body.get("top_p", 1.0), "top_p"),
             seed=None if body.get("seed") is None else _typed(body.get("seed"), int, "seed"),
             stop=stops,
             ignore_eos=_flag(body, "ignore_eos"),  # vLLM's extension, for benchmarks
@@ -141,6 +150,13 @@ def _flag(body: dict[str, Any], name: str) -> bool:
     if not isinstance(value, bool):
         raise ApiError(400, f"{name} must be true or false", param=name)
     return value
+
+
+def _real(value: Any, name: str) -> float:
+    try:
+        return float(_typed(value, (int, float), name))
+    except OverflowError as exc:  # an integer beyond float's range, such as 10**400
+        raise ApiError(400, f"{name} is out of range", param=name) from exc
 
 
 def _typed(value: Any, kind: type | tuple[type, ...], name: str) -> Any:

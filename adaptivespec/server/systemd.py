@@ -7,9 +7,12 @@ so the daemon behaves the same outside systemd.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+
+log = logging.getLogger(__name__)
 
 
 class Notifier:
@@ -33,10 +36,12 @@ class Notifier:
             sock.connect(self._address)
             sock.sendall(message.encode())
 
-    async def watchdog(self) -> None:
-        """Pets the watchdog from the event loop itself, so a stalled loop stops the petting."""
+    async def watchdog(self, healthy: Callable[[], bool]) -> None:
+        """Pets the watchdog from the event loop itself while `healthy()`: a stalled loop or a
+        dead engine stops the petting, and systemd restarts the service."""
         if self.watchdog_interval is None:
             return
-        while True:
+        while healthy():
             self.notify("WATCHDOG=1")
             await asyncio.sleep(self.watchdog_interval)
+        log.error("the engine is not healthy; stopped petting the systemd watchdog, so it restarts us")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.sim.costmodel import StepCostModel
@@ -136,6 +137,8 @@ class SimLoop:
                     verify_seconds=cost.verify_seconds,
                     step_seconds=cost.step_seconds,
                     timestamp=result.seconds,
+                    width=k,
+                    kept_at_least=survival_counts(accepted.tolist(), k),
                 )
             )
 

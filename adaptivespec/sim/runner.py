@@ -60,6 +60,7 @@ class SimRunner:
             drafted=[k] * batch,
             accepted=accepted.tolist(),
             k=k,
+            width=k,
             draft_seconds=cost.draft_seconds,
             verify_seconds=cost.verify_seconds,
             step_seconds=cost.step_seconds,

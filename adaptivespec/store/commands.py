@@ -22,7 +22,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def run_thresholds(args: argparse.Namespace) -> None:
-    store = Store(args.db)
+    store = Store(args.db, migrate=False)  # it only reads: never migrates what a daemon owns
     try:
         rows = store.thresholds()
     finally:

@@ -38,11 +38,15 @@ def default_url() -> str:
     return f"sqlite:///{state_dir() / 'adaptivespec.db'}"
 
 
-def make_engine(url: str | None = None) -> Engine:
+def make_engine(url: str | None = None, create: bool = True) -> Engine:
+    """An engine for `url`; with `create=False` a SQLite file that does not exist is an error."""
     url = url or default_url()
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(parsed.database)
+        if not create and not path.is_file():
+            raise StoreError(f"no database at {path}; point --db at the daemon's database")
+        path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, future=True)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
@@ -72,7 +76,8 @@ def migrations_dir() -> Path:
 def _alembic_config(engine: Engine) -> Config:
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
-    config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    url = engine.url.render_as_string(hide_password=False)
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))  # ConfigParser interpolates %
     return config
 
 
@@ -96,6 +101,23 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     return current_revision(engine)
+
+
+def require_current(engine: Engine) -> None:
+    """Refuses a database whose schema is not this adaptivespec's, without changing it."""
+    head = ScriptDirectory.from_config(_alembic_config(engine)).get_current_head()
+    current = current_revision(engine)
+    where = engine.url.render_as_string()
+    if current is None:
+        raise StoreError(
+            f"the database at {where} has no adaptivespec schema; start the daemon on it, "
+            f"or run `adaptivespec db upgrade --db {where}`"
+        )
+    if current != head:
+        raise StoreError(
+            f"the database at {where} is at schema revision {current!r}, not {head!r}; "
+            f"run `adaptivespec db upgrade --db {where}` (or use the adaptivespec that wrote it)"
+        )
 
 
 def _known(scripts: ScriptDirectory, revision: str) -> bool:

@@ -72,8 +72,8 @@ class AcceptanceStat(_Keyed, Base):
     __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     ctx_bucket: Mapped[int] = mapped_column(Integer)
-    mean: Mapped[float] = mapped_column(Float)
-    var: Mapped[float] = mapped_column(Float)
+    first_rate: Mapped[float] = mapped_column(Float)
+    continuation_rate: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: = first_rate
     count: Mapped[int] = mapped_column(Integer)
 
 

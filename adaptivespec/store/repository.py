@@ -5,18 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from typing import cast
 
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Engine, Table, UniqueConstraint, delete, func, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from adaptivespec.controller.acceptance import AcceptanceRates
 from adaptivespec.controller.controller import DecisionChange
 from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS, crossover
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
-from adaptivespec.store.db import make_engine, upgrade
+from adaptivespec.store.db import StoreError, make_engine, require_current, upgrade
 from adaptivespec.store.models import (
     AcceptanceStat,
     ArmStat,
+    Base,
     Decision,
     DecisionHistory,
     OverrideRow,
@@ -52,9 +57,13 @@ class HistoryRow:
 
 class Store:
     def __init__(self, url: str | None = None, engine: Engine | None = None, migrate: bool = True) -> None:
-        self.engine = engine or make_engine(url)
+        """`migrate=False` opens for reading: it refuses a database that is not at the current
+        schema instead of migrating it."""
+        self.engine = engine or make_engine(url, create=migrate)
         if migrate:
             upgrade(self.engine)
+        else:
+            require_current(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -71,7 +80,7 @@ class Store:
                 bool(policy.frozen),
                 self._cells(session, model_key, hardware_key),
                 tuple(
-                    AcceptanceState(r.ctx_bucket, r.mean, r.var, r.count)
+                    AcceptanceState(r.ctx_bucket, _rates(r), r.count)
                     for r in session.scalars(
                         _keyed(select(AcceptanceStat), AcceptanceStat, model_key, hardware_key)
                     )
@@ -121,15 +130,37 @@ class Store:
         keys = (state.model_key, state.hardware_key)
         now = datetime.now(timezone.utc)
         with Session(self.engine) as session, session.begin():
-            self._save_policy(session, state, now)
-            for cell in state.cells:
-                self._save_cell(session, keys, cell, state.version, now)
-            session.execute(_keyed(delete(AcceptanceStat), AcceptanceStat, *keys))
-            session.add_all(
-                AcceptanceStat(model_key=keys[0], hardware_key=keys[1], **_fields(a))
-                for a in state.acceptance
+            key = {"model_key": keys[0], "hardware_key": keys[1]}
+            _upsert(
+                session,
+                PolicyState,
+                [key | {"version": state.version, "frozen": int(state.frozen), "updated_at": now}],
             )
-            session.execute(_keyed(delete(OverrideRow), OverrideRow, *keys))
+            _upsert(session, Decision, [key | _decision(cell, state.version, now) for cell in state.cells])
+            _upsert(
+                session,
+                ArmStat,
+                [
+                    key | {"ctx_bucket": cell.ctx_bucket, "batch_bucket": cell.batch_bucket, **asdict(arm)}
+                    for cell in state.cells
+                    for arm in cell.arms
+                ],
+            )
+            _upsert(
+                session,
+                AcceptanceStat,
+                [
+                    key
+                    | {
+                        "ctx_bucket": a.ctx_bucket,
+                        "first_rate": a.rates.first,
+                        "continuation_rate": a.rates.continuation,
+                        "count": a.count,
+                    }
+                    for a in state.acceptance
+                ],
+            )
+            session.execute(_keyed(delete(OverrideRow), OverrideRow, *keys))  # the set is replaced whole
             session.add_all(
                 OverrideRow(
                     model_key=keys[0],
@@ -155,50 +186,6 @@ class Store:
                 )
                 for h in history
             )
-
-    @staticmethod
-    def _save_policy(session: Session, state: ControllerState, now: datetime) -> None:
-        policy = session.scalar(_keyed(select(PolicyState), PolicyState, state.model_key, state.hardware_key))
-        if policy is None:
-            policy = PolicyState(model_key=state.model_key, hardware_key=state.hardware_key)
-            session.add(policy)
-        policy.version, policy.frozen, policy.updated_at = state.version, int(state.frozen), now
-
-    @staticmethod
-    def _save_cell(
-        session: Session, keys: tuple[str, str], cell: CellState, version: int, now: datetime
-    ) -> None:
-        where = (Decision.ctx_bucket == cell.ctx_bucket, Decision.batch_bucket == cell.batch_bucket)
-        session.execute(_keyed(delete(Decision), Decision, *keys).where(*where))
-        session.execute(
-            _keyed(delete(ArmStat), ArmStat, *keys).where(
-                ArmStat.ctx_bucket == cell.ctx_bucket, ArmStat.batch_bucket == cell.batch_bucket
-            )
-        )
-        session.add(
-            Decision(
-                model_key=keys[0],
-                hardware_key=keys[1],
-                ctx_bucket=cell.ctx_bucket,
-                batch_bucket=cell.batch_bucket,
-                k=cell.decided,
-                samples=cell.samples,
-                confidence=cell.confidence,
-                reward_scale=cell.reward_scale,
-                policy_version=version,
-                updated_at=now,
-            )
-        )
-        session.add_all(
-            ArmStat(
-                model_key=keys[0],
-                hardware_key=keys[1],
-                ctx_bucket=cell.ctx_bucket,
-                batch_bucket=cell.batch_bucket,
-                **_fields(a),
-            )
-            for a in cell.arms
-        )
 
     def thresholds(self) -> list[ThresholdRow]:
         with Session(self.engine) as session:
@@ -228,12 +215,17 @@ class Store:
             for (model, hardware, ctx), cells in grouped.items()
         ]
 
-    def history(self, limit: int = 100, offset: int = 0) -> tuple[list[HistoryRow], int]:
+    def history(
+        self, model_key: str, hardware_key: str, limit: int = 100, offset: int = 0
+    ) -> tuple[list[HistoryRow], int]:
+        """One (model, hardware)'s decision changes, newest first, and how many there are."""
         with Session(self.engine) as session:
-            total = session.scalar(select(func.count()).select_from(DecisionHistory)) or 0
-            rows = session.scalars(
-                select(DecisionHistory).order_by(DecisionHistory.id.desc()).limit(limit).offset(offset)
-            ).all()
+            count = _keyed(
+                select(func.count()).select_from(DecisionHistory), DecisionHistory, model_key, hardware_key
+            )
+            total = session.scalar(count) or 0
+            page = _keyed(select(DecisionHistory), DecisionHistory, model_key, hardware_key)
+            rows = session.scalars(page.order_by(DecisionHistory.id.desc()).limit(limit).offset(offset)).all()
         return [
             HistoryRow(
                 r.model_key,
@@ -250,9 +242,47 @@ class Store:
         ], total
 
 
+def _decision(cell: CellState, version: int, now: datetime) -> dict[str, object]:
+    return {
+        "ctx_bucket": cell.ctx_bucket,
+        "batch_bucket": cell.batch_bucket,
+        "k": cell.decided,
+        "samples": cell.samples,
+        "confidence": cell.confidence,
+        "reward_scale": cell.reward_scale,
+        "policy_version": version,
+        "updated_at": now,
+    }
+
+
+def _upsert(session: Session, table: type[Base], rows: list[dict[str, object]]) -> None:
+    """INSERT ... ON CONFLICT (the table's unique key) DO UPDATE: concurrent writers of one key
+    never collide on the constraint, and the last write of each row wins whole."""
+    if not rows:
+        return
+    constraints = cast(Table, table.__table__).constraints
+    unique = next(c for c in constraints if isinstance(c, UniqueConstraint))
+    key = [column.name for column in unique.columns]
+    updated = [name for name in rows[0] if name not in key]
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        lite = sqlite_insert(table).values(rows)
+        session.execute(
+            lite.on_conflict_do_update(index_elements=key, set_={n: lite.excluded[n] for n in updated})
+        )
+    elif dialect == "postgresql":
+        pg = postgresql_insert(table).values(rows)
+        session.execute(
+            pg.on_conflict_do_update(index_elements=key, set_={n: pg.excluded[n] for n in updated})
+        )
+    else:
+        raise StoreError(f"the store supports SQLite and PostgreSQL, not {dialect}")
+
+
 def _keyed(statement, table, model_key: str, hardware_key: str):  # type: ignore[no-untyped-def]
     return statement.where(table.model_key == model_key, table.hardware_key == hardware_key)
 
 
-def _fields(record: AcceptanceState | ArmState) -> dict[str, object]:
-    return asdict(record)
+def _rates(row: AcceptanceStat) -> AcceptanceRates:
+    continuation = row.first_rate if row.continuation_rate is None else row.continuation_rate
+    return AcceptanceRates(row.first_rate, continuation)

@@ -2,18 +2,18 @@ from __future__ import annotations
 
 import gc
 import math
-import threading
 import tracemalloc
 from dataclasses import replace
 
 import pytest
 
 from adaptivespec.bench.control import baseline_policies, oracle_from_sweep, ratio_to_oracle, summarise
-from adaptivespec.controller.controller import Controller
+from adaptivespec.controller import operator
+from adaptivespec.controller.cell import LearningSettings
+from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.keys import batch_bucket, context_bucket
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.policy import FixedK
-from adaptivespec.controller.snapshot import PolicySnapshot
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
@@ -26,7 +26,7 @@ LOAD = (Phase(1, 2000), Phase(8, 2000), Phase(64, 2000), Phase(256, 2000))
 
 
 def _record(**changes: object) -> StepTelemetry:
-    base = StepTelemetry("m", "h", 8, 2, 300.0, 16, 10, 18, 0.001, 0.01, 0.012, 0.0)
+    base = StepTelemetry("m", "h", 8, 2, 300.0, 16, 10, 18, 0.001, 0.01, 0.012, 0.0, 2, (6, 4))
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -50,6 +50,11 @@ def test_learns_close_to_the_oracle_and_beats_every_static_baseline() -> None:
         {"accepted": 20},  # more than drafted
         {"batch_size": 0},
         {"mean_context_len": math.nan},
+        {"width": 3},  # more than the K chosen
+        {"kept_at_least": (6,)},  # one count per verified position
+        {"kept_at_least": (4, 6)},  # more rows kept the second draft than the first
+        {"kept_at_least": (9, 1)},  # more rows than the batch
+        {"kept_at_least": (5, 4)},  # does not add up to `accepted`
     ],
 )
 def test_bad_telemetry_is_rejected_and_counted(bad: dict[str, object]) -> None:
@@ -65,32 +70,31 @@ def test_overrides_apply_to_the_next_lookup() -> None:
     for _ in range(20):
         controller.ingest(_record())
     ctx, batch = context_bucket(300), batch_bucket(8)
-    controller.set_overrides((Override("pin", 5, ctx, batch),))
+    elsewhere = controller.live.k_for(1, 300)
+    operator.set_overrides(controller, (Override("pin", 5, ctx, batch),))
     assert controller.live.k_for(8, 300) == 5
-    assert controller.live.k_for(1, 300) != 5 or controller.live.k_for(1, 300) == controller.cells.get(
-        (ctx, 0), None
-    )
-    controller.set_overrides((Override("force_off"),))
+    assert controller.live.k_for(1, 300) == elsewhere  # a pin applies to its own cell only
+    operator.set_overrides(controller, (Override("force_off"),))
     assert all(k == 0 for row in controller.live.snapshot.table for k in row)
-    controller.set_overrides((Override("force_off"), Override("pin", 3, ctx, batch)))
+    operator.set_overrides(controller, (Override("force_off"), Override("pin", 3, ctx, batch)))
     assert controller.live.k_for(8, 300) == 3  # the more specific override wins
-    controller.set_overrides((Override("force_on"),))
+    operator.set_overrides(controller, (Override("force_on"),))
     assert all(k > 0 for row in controller.live.snapshot.table for k in row)
-    controller.set_overrides(())
-    assert controller.live.k_for(8, 300) == controller.cells[(ctx, batch)].current
+    operator.set_overrides(controller, ())
+    assert controller.live.k_for(8, 300) == controller.cells[(ctx, batch)].running
 
 
 def test_freeze_stops_learning_and_reset_forgets() -> None:
     controller = Controller("m", "h")
     for _ in range(10):
         controller.ingest(_record())
-    controller.freeze(True)
+    operator.freeze(controller, True)
     table = controller.live.snapshot.table
     for _ in range(50):
         controller.ingest(_record(k=controller.live.k_for(8, 300), emitted=8, accepted=0))
     assert controller.live.snapshot.table == table
-    controller.freeze(False)
-    controller.reset()
+    operator.freeze(controller, False)
+    operator.reset(controller)
     assert not controller.cells and controller.live.snapshot.version == controller.version
 
 
@@ -102,28 +106,17 @@ def test_bad_overrides_are_refused(bad: dict[str, object]) -> None:
         Override(**bad)  # type: ignore[arg-type]
 
 
-def test_readers_never_see_a_half_built_snapshot() -> None:
+def test_a_published_snapshot_never_changes_under_its_reader() -> None:
+    """The engine reads one snapshot per step without a lock: publishing must replace it, never edit it."""
     controller = Controller("m", "h")
-    seen: list[PolicySnapshot] = []
-    stop = threading.Event()
-
-    def read() -> None:
-        while not stop.is_set():
-            snapshot = controller.live.snapshot
-            snapshot.k_for(8, 300)
-            seen.append(snapshot)
-
-    reader = threading.Thread(target=read)
-    reader.start()
+    held = controller.live.snapshot
+    before = (held.version, held.table)
     loop = SimLoop(COST, Workload(load=(Phase(8, 3000),)), 3, "m", "h")
     loop.run(controller.live, on_step=controller.ingest)
-    stop.set()
-    reader.join()
-    assert seen
-    shapes = {(len(s.table), len(s.table[0])) for s in seen}
-    assert len(shapes) == 1
-    versions = [s.version for s in seen]
-    assert versions == sorted(versions)  # published in order, never rolled back
+    assert controller.live.snapshot is not held and controller.live.snapshot.version > 0
+    assert (held.version, held.table) == before
+    with pytest.raises(AttributeError):
+        held.version = 99  # type: ignore[misc]
 
 
 def test_memory_is_bounded_by_cells_not_steps() -> None:
@@ -156,3 +149,36 @@ def test_memory_is_bounded_by_cells_not_steps() -> None:
     after_60k = feed(50_000)
     tracemalloc.stop()
     assert after_60k <= after_10k * 1.02 + 4096
+
+
+def test_a_step_that_ran_plain_is_credited_to_the_k_that_was_chosen() -> None:
+    """Prompt lookup that finds no match runs a plain step; choosing K = 8 still cost that step."""
+    controller = Controller("m", "h")
+    plain = _record(k=8, width=0, drafted=0, accepted=0, emitted=8, kept_at_least=())
+    assert controller.ingest(plain)
+    cell = controller.cells[(context_bucket(300), batch_bucket(8))]
+    assert set(cell.seconds) == {8}
+    assert (
+        controller.acceptance.expected_tokens(context_bucket(300), 1)
+        < controller.acceptance.rates(context_bucket(300)).first + 1.0 + 1e-9
+    )
+
+
+def test_arms_stop_at_the_runner_limit() -> None:
+    """An arm the runner cannot run would be clamped, never credited, and stay unexplored forever."""
+    settings = LearningSettings().capped(3)
+    assert settings.arms == (0, 1, 2, 3)
+    controller = Controller("m", "h", ControllerConfig(settings=settings))
+    loop = SimLoop(COST, Workload(acceptance_mean=0.85, load=LOAD[:2]), 3, "m", "h")
+    loop.run(controller.live, on_step=controller.ingest)
+    assert {k for row in controller.live.snapshot.table for k in row} <= set(settings.arms)
+    for cell in controller.cells.values():
+        assert set(cell.seconds) <= set(settings.arms)
+        assert set(cell.candidates) <= set(settings.arms)
+    assert controller.live.k_for(1, 300) == 3  # high acceptance at batch 1: the largest K it may run
+
+
+@pytest.mark.parametrize("arms", [(), (1, 2), (0, 2, 2), (0, 3, 1)])
+def test_arms_must_start_at_zero_and_increase(arms: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="arms"):
+        LearningSettings(arms=arms)

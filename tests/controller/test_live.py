@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from adaptivespec.config import EngineConfig
+from adaptivespec.controller import operator
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.overrides import Override
+from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.telemetry import StepTelemetry
@@ -24,7 +26,7 @@ async def _engine() -> tuple[Engine, Controller, asyncio.Task[None]]:
     controller = Controller(runner.model_key, runner.hardware_key)
     config = EngineConfig(max_batch=8, max_context=4096, max_prefill_tokens=8192)
     engine = Engine(runner, ByteTokenizer(), controller.live, config)
-    task = asyncio.create_task(controller.run(engine.telemetry.subscribe()))
+    task = asyncio.create_task(run_controller(controller, engine.telemetry.subscribe()))
     await engine.start()
     return engine, controller, task
 
@@ -37,7 +39,7 @@ async def test_override_is_visible_in_the_next_steps_telemetry() -> None:
         requests = [asyncio.create_task(engine.generate("x" * 200, params)) for _ in range(4)]
         while controller.ingested < 20:
             await asyncio.sleep(0.001)
-        controller.set_overrides((Override("pin", 7),))
+        operator.set_overrides(controller, (Override("pin", 7),))
         pinned_at = engine.steps
         await asyncio.gather(*requests)
     finally:
@@ -58,7 +60,9 @@ async def test_a_failing_controller_leaves_the_last_snapshot_in_place() -> None:
 
     task.cancel()
     controller.ingest = broken  # type: ignore[method-assign]
-    failing = asyncio.create_task(controller.run(engine.telemetry.subscribe(), on_error=errors.append))
+    failing = asyncio.create_task(
+        run_controller(controller, engine.telemetry.subscribe(), on_error=errors.append)
+    )
     before = controller.live.snapshot
     try:
         done = await engine.generate("x" * 100, SamplingParams(max_tokens=50, temperature=0.0))

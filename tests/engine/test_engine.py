@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import resource
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import pytest
 
@@ -14,7 +14,7 @@ from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.sequence import TokenEvent
-from adaptivespec.errors import InvalidRequestError, ModelLoadError, QueueFullError
+from adaptivespec.errors import EngineStoppedError, InvalidRequestError, ModelLoadError, QueueFullError
 
 from ..conftest import TinyPair, engine_config
 
@@ -251,3 +251,132 @@ async def test_a_failing_step_fails_only_its_requests(tiny_pair: TinyPair, tiny_
         await engine.stop()
     assert first[-1].finish_reason == "error" and "RuntimeError" in (first[-1].error or "")
     assert after.finish_reason == "length" and len(after.token_ids) == 10
+
+
+class _BreaksAfter:
+    """The real tokenizer, whose decode raises after `calls` calls: a fault outside model compute."""
+
+    def __init__(self, tokenizer: object, calls: int) -> None:
+        self._tokenizer = tokenizer
+        self._left = calls
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._tokenizer, name)
+
+    def __len__(self) -> int:
+        return len(self._tokenizer)  # type: ignore[arg-type]
+
+    def decode(self, *args: object, **kwargs: object) -> object:
+        self._left -= 1
+        if self._left < 0:
+            raise RuntimeError("detokenizer bug")
+        return self._tokenizer.decode(*args, **kwargs)  # type: ignore[attr-defined]
+
+
+async def test_a_crashed_loop_fails_every_request_and_reports_itself(
+    tiny_pair: TinyPair, tiny_models: LoadedModels
+) -> None:
+    config = engine_config(tiny_pair, max_batch=2)
+    engine = Engine(tiny_models.runner, _BreaksAfter(tiny_models.tokenizer, 12), FixedK(2), config)  # type: ignore[arg-type]
+    await engine.start()
+    params = SamplingParams(max_tokens=60, temperature=0.0, ignore_eos=True)
+    try:
+        streams = [engine.submit(p, params) for p in ("def", "for i in", "class")]  # one waits in the queue
+        ends = [await _last(stream) for stream in streams]
+        assert engine.failure is not None and not engine.healthy
+        with pytest.raises(EngineStoppedError, match="restart"):
+            engine.submit("def", params)
+    finally:
+        await engine.stop()
+    assert [e.finish_reason for e in ends] == ["error"] * 3
+    assert all("RuntimeError" in (e.error or "") and "restart" in (e.error or "") for e in ends)
+
+
+async def _last(stream: AsyncIterator[TokenEvent]) -> TokenEvent:
+    return [e async for e in stream][-1]
+
+
+async def test_text_is_tokenized_off_the_event_loop_by_the_server_path(
+    tiny_pair: TinyPair, tiny_models: LoadedModels
+) -> None:
+    """`encode` refuses text that cannot fit by its length alone, and runs on any thread."""
+    engine = await _engine(tiny_pair, tiny_models)
+    try:
+        with pytest.raises(InvalidRequestError, match="characters"):
+            engine.encode("x" * (engine.max_prompt_chars + 1))
+        ids = await asyncio.to_thread(engine.encode, "def add")
+        done = await engine.generate(ids, SamplingParams(max_tokens=4, temperature=0.0))
+    finally:
+        await engine.stop()
+    assert ids == tiny_models.tokenizer.encode("def add") and done.prompt_ids == ids
+
+
+async def test_mixed_greedy_and_sampled_rows_do_not_disturb_each_other(
+    tiny_pair: TinyPair, tiny_models: LoadedModels
+) -> None:
+    """Through the draft proposer at K = 3: a greedy row and seeded top-p rows give, sharing a batch,
+    what each gives alone."""
+    greedy = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    sampled = [
+        SamplingParams(max_tokens=24, temperature=1.5, top_p=0.9, seed=s, ignore_eos=True) for s in (1, 2)
+    ]
+    engine = await _engine(tiny_pair, tiny_models, k=3)
+    try:
+        alone = [await engine.generate("for i in", p) for p in (greedy, *sampled)]
+        together = await asyncio.gather(*(engine.generate("for i in", p) for p in (greedy, *sampled)))
+    finally:
+        await engine.stop()
+    assert [c.token_ids for c in together] == [c.token_ids for c in alone]
+    assert alone[1].token_ids != alone[2].token_ids  # the seeds matter
+
+
+async def test_speculative_sampling_keeps_the_target_distribution(
+    tiny_pair: TinyPair, tiny_models: LoadedModels
+) -> None:
+    """The tokens after the prompt, over 400 seeds, drawn with K = 4 drafts and with none: a two-sample
+    chi-square test at p = 0.001 (seeded, so it cannot flake) finds no difference."""
+    runs_by_k = []
+    for k in (0, 4):
+        engine = await _engine(tiny_pair, tiny_models, k=k, max_queued=512)
+        try:
+            params = [
+                SamplingParams(max_tokens=3, temperature=2.0, seed=s, ignore_eos=True) for s in range(400)
+            ]
+            runs_by_k.append(await asyncio.gather(*(engine.generate("x = ", p) for p in params)))
+        finally:
+            await engine.stop()
+    for position in (1, 2):  # the first and second token a decode step drew (the first is prefill's)
+        counts = [_tally(run.token_ids[position] for run in runs) for runs in runs_by_k]
+        tokens = sorted(set(counts[0]) | set(counts[1]))
+        assert len(tokens) >= 5  # the temperature spreads the distribution enough to test it
+        frequent = [t for t in tokens if counts[0].get(t, 0) + counts[1].get(t, 0) >= 10]
+        rare = [sum(c.get(t, 0) for t in tokens if t not in frequent) for c in counts]
+        table = [[c.get(t, 0) for t in frequent] + [r] for c, r in zip(counts, rare, strict=True)]
+        statistic, dof = _chi_square(table)
+        assert statistic < _chi_square_critical_001(dof), (position, statistic, dof, table)
+
+
+def _tally(tokens: Iterable[int]) -> dict[int, int]:
+    tally: dict[int, int] = {}
+    for token in tokens:
+        tally[token] = tally.get(token, 0) + 1
+    return tally
+
+
+def _chi_square(table: list[list[int]]) -> tuple[float, int]:
+    columns = [sum(col) for col in zip(*table, strict=True)]
+    rows = [sum(row) for row in table]
+    total = sum(rows)
+    statistic = 0.0
+    for i, row in enumerate(table):
+        for j, observed in enumerate(row):
+            expected = rows[i] * columns[j] / total
+            if expected > 0:
+                statistic += (observed - expected) ** 2 / expected
+    return statistic, sum(1 for c in columns if c > 0) - 1
+
+
+def _chi_square_critical_001(dof: int) -> float:
+    """The 0.999 quantile of chi-square, by the Wilson-Hilferty approximation (within 1% for dof >= 3)."""
+    z = 3.090
+    return dof * (1 - 2 / (9 * dof) + z * (2 / (9 * dof)) ** 0.5) ** 3

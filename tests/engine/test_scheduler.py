@@ -45,3 +45,16 @@ def test_queue_limit() -> None:
     scheduler.add(_sequence())
     with pytest.raises(QueueFullError):
         scheduler.add(_sequence())
+
+
+def test_aborted_requests_do_not_hold_places_in_the_queue() -> None:
+    scheduler = Scheduler(max_batch=1, max_queued=2, max_prefill_tokens=100)
+    gone = [_sequence(), _sequence()]
+    for sequence in gone:
+        scheduler.add(sequence)
+    with pytest.raises(QueueFullError):
+        scheduler.add(_sequence())
+    gone[0].abort()  # the client disconnected while queued
+    scheduler.add(_sequence())
+    assert gone[0].finished and gone[0].events.get_nowait().finish_reason == "abort"
+    assert len(scheduler.waiting) == 2

@@ -89,6 +89,8 @@ def _start(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -
         sys.executable,
         "-m",
         "adaptivespec.cli",
+        "--log-level",
+        "debug",  # nothing a client sent may reach the logs, at any level
         "serve",
         "--port",
         str(port),

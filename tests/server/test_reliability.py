@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,8 @@ async def test_override_while_streaming_shows_in_the_next_step(sim_client: TestC
 JSON = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers(-(2**40), 2**40)
+    | st.integers(-(2**70), 2**70)  # seeds at and past 2^64 included
+    | st.sampled_from([2**64, 2**64 - 1, 10**400, -(10**400)])  # past float's range
     | st.floats(allow_nan=False)
     | st.text(max_size=20),
     lambda children: (
@@ -89,13 +91,13 @@ JSON = st.recursive(
 FIELDS = st.fixed_dictionaries(
     {},
     optional={
-        "prompt": JSON,
+        "prompt": JSON | st.lists(st.text(min_size=1, max_size=3), min_size=30, max_size=40),
         "max_tokens": JSON,
         "temperature": JSON,
         "top_p": JSON,
         "stream": JSON,
         "n": JSON,
-        "stop": JSON,
+        "stop": JSON | st.lists(st.text(min_size=1, max_size=300), max_size=40),
         "seed": JSON,
         "stream_options": JSON,
         "messages": JSON,
@@ -120,10 +122,20 @@ async def test_fuzzed_bodies_never_get_a_5xx(
 ) -> None:
     if isinstance(body, dict) and isinstance(body.get("max_tokens"), int):
         body["max_tokens"] = min(body["max_tokens"], 64)
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    response = await sim_client.post(endpoint, data=json.dumps(body), headers=headers)
+
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    data = json.dumps(body)
+    if data.startswith("{") and random.Random(data).random() < 0.1:
+        data = _nested(data, 50_000)  # deeper than Python's recursion limit
+    response = await sim_client.post(endpoint, data=data, headers=headers)
     assert response.status < 500, (endpoint, body, await response.text())
     if response.status >= 400:
         assert "error" in await response.json()
     else:
         await response.read()
+
+
+def _nested(body: str, depth: int) -> str:
+    """`body` (a JSON object) with one more field that nests `depth` lists deep."""
+    rest = "}" if body == "{}" else ", " + body[1:]
+    return '{"nested": ' + "[" * depth + "]" * depth + rest

@@ -22,4 +22,4 @@ def test_notify_reaches_an_abstract_socket_and_does_nothing_without_one() -> Non
 def test_watchdog_interval_is_half_of_watchdog_usec_and_respects_the_pid() -> None:
     assert Notifier({"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "4000000"}).watchdog_interval == 2.0
     assert Notifier({"WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "1"}).watchdog_interval is None
-    assert asyncio.run(Notifier({}).watchdog()) is None  # returns at once without a watchdog
+    assert asyncio.run(Notifier({}).watchdog(lambda: True)) is None  # returns at once without a watchdog

@@ -8,14 +8,17 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
 from adaptivespec.cli import main
+from adaptivespec.controller import operator, persistence
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.overrides import Override
+from adaptivespec.controller.state import ControllerState
 from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
 from adaptivespec.sim.loop import SimLoop
@@ -44,7 +47,7 @@ def test_migrations_from_empty_and_from_the_previous_revision(tmp_path: Path) ->
                 "confidence, policy_version) VALUES ('m', 'h', 1, 2, 3, 10, 0.5, 7)"
             )
         )
-    assert upgrade(engine) == "0002"
+    assert upgrade(engine) == "0003"
     with engine.connect() as connection:
         row = connection.execute(text("SELECT k, samples, reward_scale FROM decisions")).one()
         assert tuple(row) == (3, 10, 0.0)
@@ -65,12 +68,12 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
 def test_learning_state_round_trips_and_resumes(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path}/c.db")
     controller = _learned()
-    controller.set_overrides((Override("pin", 5, 1, 3),))
-    store.save(controller.export_state(), list(controller.history))
+    operator.set_overrides(controller, (Override("pin", 5, 1, 3),))
+    store.save(persistence.export_state(controller), list(controller.history))
     resumed = Controller("pair", "sim:h100")
     saved = store.load("pair", "sim:h100")
     assert saved is not None
-    resumed.restore(saved)
+    persistence.restore(resumed, saved)
     assert resumed.version == controller.version
     assert resumed.live.k_for(8, 700) == 5  # the override survived
     for key, cell in controller.cells.items():
@@ -79,7 +82,7 @@ def test_learning_state_round_trips_and_resumes(tmp_path: Path) -> None:
             # Before the first step the engine gets the learned decision: no re-exploration.
             assert resumed.live.snapshot.table[key[0]][key[1]] == cell.decided
         assert set(resumed.cells[key].seconds) == set(cell.seconds)
-    rows, total = store.history(limit=5)
+    rows, total = store.history("pair", "sim:h100", limit=5)
     assert total == len(controller.history) and len(rows) == 5
     assert rows[0].policy_version > rows[-1].policy_version
     assert store.load("other", "sim:h100") is None
@@ -89,7 +92,7 @@ def test_thresholds_command_reads_the_store(tmp_path: Path, capsys: pytest.Captu
     url = f"sqlite:///{tmp_path}/d.db"
     store = Store(url)
     controller = _learned((Phase(1, 300), Phase(256, 300)))
-    store.save(controller.export_state(), list(controller.history))
+    store.save(persistence.export_state(controller), list(controller.history))
     store.close()
     assert main(["thresholds", "--db", url, "--json"]) == 0
     import json
@@ -102,12 +105,13 @@ def test_thresholds_command_reads_the_store(tmp_path: Path, capsys: pytest.Captu
     )
     assert {"confidence", "policy_version", "updated_at"} <= rows[0].keys()
     assert main(["db", "current", "--db", url]) == 0
-    assert "0002" in capsys.readouterr().out
+    assert "0003" in capsys.readouterr().out
 
 
 WRITER = textwrap.dedent(
     """
     import sys
+    from adaptivespec.controller import persistence
     from adaptivespec.controller.controller import Controller
     from adaptivespec.engine.telemetry import StepTelemetry
     from adaptivespec.store.repository import Store
@@ -119,11 +123,13 @@ WRITER = textwrap.dedent(
         for batch in (1, 2, 4, 8, 16, 32, 64, 128):
             k = controller.live.k_for(batch, 300)
             seconds = 0.01 * (1 + 0.2 * k) * (1 + batch / 32)
-            controller.ingest(StepTelemetry("pair", "crash", batch, k, 300.0, k * batch, k * batch // 2,
-                                            batch + k * batch // 2, 0.001, seconds, seconds + 0.001, 0.0))
+            kept = (batch,) * (k // 2) + (0,) * (k - k // 2)  # every row keeps k // 2 drafts
+            controller.ingest(StepTelemetry("pair", "crash", batch, k, 300.0, k * batch, k // 2 * batch,
+                                            batch + k // 2 * batch, 0.001, seconds, seconds + 0.001, 0.0,
+                                            k, kept))
             step += 1
         controller.version += 1  # every save is a new committed version
-        store.save(controller.export_state(), list(controller.history))
+        store.save(persistence.export_state(controller), list(controller.history))
         controller.history.clear()
         print(controller.version, flush=True)
     """
@@ -147,8 +153,112 @@ def test_sigkill_mid_writes_keeps_every_committed_decision(tmp_path: Path) -> No
     with sqlite3.connect(tmp_path / "e.db") as raw:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     engine = make_engine(url)
-    assert current_revision(engine) == "0002"
+    assert current_revision(engine) == "0003"
     store = Store(url)
     saved = store.load("pair", "crash")
     assert saved is not None and saved.version >= committed[-1]
     assert len(saved.cells) >= 8  # every batch bucket written by the last committed save
+
+
+def test_acceptance_saved_before_the_curve_reads_back_as_geometric(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path}/g.db")
+    upgrade(engine, "0002")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO policy_state (model_key, hardware_key, version, frozen, updated_at) "
+                "VALUES ('m', 'h', 3, 0, '2026-11-30 00:00:00')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO acceptance_stats (model_key, hardware_key, ctx_bucket, mean, var, count) "
+                "VALUES ('m', 'h', 2, 0.7, 0.0, 500)"
+            )
+        )
+    upgrade(engine)
+    saved = Store(f"sqlite:///{tmp_path}/g.db").load("m", "h")
+    assert saved is not None
+    (acceptance,) = saved.acceptance
+    assert (acceptance.ctx_bucket, acceptance.count) == (2, 500)
+    assert acceptance.rates.first == acceptance.rates.continuation == 0.7
+
+
+def test_the_acceptance_curve_survives_a_restart(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/c.db"
+    learned = _learned()
+    store = Store(url)
+    store.save(persistence.export_state(learned))
+    restored = Controller("pair", "sim:h100")
+    saved = store.load("pair", "sim:h100")
+    assert saved is not None
+    persistence.restore(restored, saved)
+    for ctx, _ in {key for key in learned.cells}:
+        if learned.acceptance.rows(ctx) >= 100:
+            assert restored.acceptance.rates(ctx) == pytest.approx(learned.acceptance.rates(ctx), rel=1e-6)
+
+
+def test_a_percent_sign_in_the_url_reaches_the_database(tmp_path: Path) -> None:
+    """URL-encoded passwords carry '%'; Alembic's config file syntax would read it as interpolation."""
+    url = f"sqlite:///{tmp_path}/50%off.db"
+    Store(url).close()
+    assert (tmp_path / "50%off.db").is_file()
+    assert current_revision(make_engine(url)) == "0003"
+
+
+def test_concurrent_writers_of_one_key_never_collide(tmp_path: Path) -> None:
+    """Hosts (or flushes) saving the same cells at once: upserts, so no unique-constraint error."""
+    url = f"sqlite:///{tmp_path}/w.db"
+    Store(url).close()
+    states = [persistence.export_state(_learned((Phase(1, 100 + 50 * i), Phase(8, 100)))) for i in range(4)]
+    errors: list[BaseException] = []
+
+    def write(store: Store, state: ControllerState) -> None:
+        try:
+            for _ in range(15):
+                store.save(state)
+        except BaseException as exc:  # noqa: BLE001 - any failure is the finding
+            errors.append(exc)
+        finally:
+            store.close()
+
+    stores = [Store(url) for _ in states]  # Alembic's migration runner is not thread-safe; saves are
+    threads = [threading.Thread(target=write, args=pair) for pair in zip(stores, states, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    saved = Store(url).load("pair", "sim:h100")
+    assert saved is not None
+    assert len({(c.ctx_bucket, c.batch_bucket) for c in saved.cells}) == len(saved.cells) > 0
+
+
+def test_reading_thresholds_never_migrates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    assert main(["thresholds", "--db", f"sqlite:///{empty}"]) == 2
+    assert "no adaptivespec schema" in capsys.readouterr().err
+    with sqlite3.connect(empty) as raw:
+        assert raw.execute("SELECT name FROM sqlite_master").fetchall() == []  # untouched
+    old = make_engine(f"sqlite:///{tmp_path}/old.db")
+    upgrade(old, "0002")
+    assert main(["thresholds", "--db", f"sqlite:///{tmp_path}/old.db"]) == 2
+    assert "adaptivespec db upgrade" in capsys.readouterr().err
+    assert current_revision(old) == "0002"
+    assert main(["thresholds", "--db", f"sqlite:///{tmp_path}/missing.db"]) == 2
+    assert "no database at" in capsys.readouterr().err
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_history_is_per_model_and_hardware(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/h.db")
+    mine, theirs = Controller("pair", "sim:h100"), Controller("other", "sim:h100")
+    operator.freeze(mine, True)
+    for _ in range(3):
+        operator.freeze(theirs, True)
+    for controller in (mine, theirs):
+        store.save(persistence.export_state(controller), list(controller.history))
+    rows, total = store.history("pair", "sim:h100")
+    assert total == 1 and [r.model_key for r in rows] == ["pair"]
+    assert store.history("other", "sim:h100")[1] == 3

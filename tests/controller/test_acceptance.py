@@ -1,0 +1,89 @@
+"""The acceptance curve: one estimate per context bucket that prices every K, for both draft shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adaptivespec.controller.acceptance import AcceptanceEstimator, AcceptanceRates, survival_counts
+
+
+def _true_tokens(first: float, continuation: float, k: int) -> float:
+    survival, tokens = 1.0, 1.0
+    for j in range(1, k + 1):
+        survival *= first if j == 1 else continuation
+        tokens += survival
+    return tokens
+
+
+def _kept(rng: np.random.Generator, rows: int, k: int, first: float, continuation: float) -> list[int]:
+    """Accepted drafts per row: the first kept with `first`, each later one with `continuation`."""
+    out = []
+    for _ in range(rows):
+        kept = 0
+        while kept < k and rng.random() < (first if kept == 0 else continuation):
+            kept += 1
+        out.append(kept)
+    return out
+
+
+def _observe(
+    estimator: AcceptanceEstimator, steps: int, k: int, rows: int, rates: tuple[float, float]
+) -> None:
+    rng = np.random.default_rng([steps, k, rows])
+    for _ in range(steps):
+        kept = _kept(rng, rows, k, *rates)
+        estimator.observe(0, k, rows, survival_counts(kept, k))
+
+
+def test_survival_counts() -> None:
+    assert survival_counts([0, 3, 1, 3, 2], 3) == (4, 3, 2)
+    assert survival_counts([], 2) == (0, 0)
+    assert survival_counts([0, 0], 0) == ()
+
+
+@pytest.mark.parametrize(("first", "continuation"), [(0.7, 0.7), (0.3, 0.9)])
+def test_measuring_long_drafts_prices_every_shorter_one(first: float, continuation: float) -> None:
+    """Drafts are prefixes, so steps at K = 8 alone predict K = 1..8, geometric or bursty alike."""
+    estimator = AcceptanceEstimator(1, decay=1.0)
+    _observe(estimator, 400, 8, 8, (first, continuation))
+    for k in range(9):
+        assert estimator.expected_tokens(0, k) == pytest.approx(
+            _true_tokens(first, continuation, k), rel=0.05
+        )
+
+
+def test_bursty_drafts_are_not_priced_as_geometric() -> None:
+    """Prompt lookup: a span is often missing, but once right it usually runs on. Measured at
+    K = 2 only, the long drafts are priced by the continuation rate, not by the first rate."""
+    estimator = AcceptanceEstimator(1, decay=1.0)
+    _observe(estimator, 600, 2, 4, (0.3, 0.9))
+    rates = estimator.rates(0)
+    assert rates.first == pytest.approx(0.3, abs=0.04)
+    assert rates.continuation == pytest.approx(0.9, abs=0.05)
+    assert estimator.expected_tokens(0, 8) == pytest.approx(_true_tokens(0.3, 0.9, 8), rel=0.1)
+    geometric = 1 + sum(0.3**j for j in range(1, 9))
+    assert estimator.expected_tokens(0, 8) > 1.5 * geometric
+
+
+def test_a_step_that_drafted_nothing_counts_as_rows_that_kept_nothing() -> None:
+    """What is priced is the K the policy chose: where the drafter finds no match, that K ran plain."""
+    found = AcceptanceEstimator(1, decay=1.0)
+    sometimes = AcceptanceEstimator(1, decay=1.0)
+    for step in range(200):
+        found.observe(0, 4, 1, (1, 1, 1, 1))
+        if step % 2:
+            sometimes.observe(0, 4, 1, (1, 1, 1, 1))
+        else:
+            sometimes.observe(0, 4, 1, ())  # no match: a plain step
+    assert found.expected_tokens(0, 4) > 4.5
+    assert sometimes.expected_tokens(0, 4) == pytest.approx(1 + 0.5 * 4, rel=0.1)
+
+
+def test_a_seeded_prior_holds_until_measurements_outweigh_it() -> None:
+    estimator = AcceptanceEstimator(1)
+    estimator.seed(0, AcceptanceRates(0.2, 0.95))
+    assert estimator.expected_tokens(0, 3) == pytest.approx(_true_tokens(0.2, 0.95, 3))
+    assert estimator.expected_tokens(0, 0) == 1.0
+    _observe(estimator, 300, 3, 8, (0.8, 0.8))
+    assert estimator.expected_tokens(0, 3) == pytest.approx(_true_tokens(0.8, 0.8, 3), rel=0.05)
