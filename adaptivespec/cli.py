@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adaptivespec.bench import commands as bench_commands
-from adaptivespec.config import DEFAULT_MODEL, EngineConfig, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, PROPOSERS, EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Completion, Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
@@ -34,9 +34,9 @@ _PROPOSER_HELP = "auto (default): the draft model when --draft is given, else n-
 def _model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=DEFAULT_MODEL, help=_TARGET_HELP)
     parser.add_argument("--draft", default=None, help=_DRAFT_HELP)
-    parser.add_argument("--proposer", choices=("auto", "draft", "ngram"), default="auto", help=_PROPOSER_HELP)
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+    parser.add_argument("--proposer", choices=PROPOSERS, default="auto", help=_PROPOSER_HELP)
+    parser.add_argument("--device", choices=DEVICES, default="auto")
+    parser.add_argument("--dtype", choices=DTYPES, default="auto")
     parser.add_argument("--max-context", type=int, default=1024, help="tokens per sequence, prompt included")
 
 
@@ -80,9 +80,9 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--backend", choices=("hf", "sim"))
     serve.add_argument("--target", help=_TARGET_HELP)
     serve.add_argument("--draft", help=_DRAFT_HELP)
-    serve.add_argument("--proposer", choices=("auto", "draft", "ngram"), help=_PROPOSER_HELP)
-    serve.add_argument("--device", choices=("auto", "cpu", "cuda"))
-    serve.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"))
+    serve.add_argument("--proposer", choices=PROPOSERS, help=_PROPOSER_HELP)
+    serve.add_argument("--device", choices=DEVICES)
+    serve.add_argument("--dtype", choices=DTYPES)
     serve.add_argument("--max-batch", type=int)
     serve.add_argument("--max-queued", type=int)
     serve.add_argument("--max-context", type=int)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from adaptivespec.errors import ConfigError
 
@@ -13,9 +13,9 @@ ProposerKind = Literal["auto", "draft", "ngram"]
 
 DEMO_MODEL = "demo"
 DEFAULT_MODEL = "smollm2-135m-instruct"
-_DEVICES = ("auto", "cpu", "cuda")
-_DTYPES = ("auto", "float32", "bfloat16", "float16")
-_PROPOSERS = ("auto", "draft", "ngram")
+DEVICES: tuple[str, ...] = get_args(Device)  # the one list of choices: config checks and CLI flags
+DTYPES: tuple[str, ...] = get_args(DType)
+PROPOSERS: tuple[str, ...] = get_args(ProposerKind)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -41,9 +41,9 @@ class ModelConfig:
     ngram_min: int = 2
 
     def __post_init__(self) -> None:
-        _require(self.device in _DEVICES, f"device must be one of {_DEVICES}, got {self.device!r}")
-        _require(self.dtype in _DTYPES, f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
-        _require(self.proposer in _PROPOSERS, f"proposer must be one of {_PROPOSERS}, got {self.proposer!r}")
+        _require(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
+        _require(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        _require(self.proposer in PROPOSERS, f"proposer must be one of {PROPOSERS}, got {self.proposer!r}")
         _require(bool(self.target), "target must name a model directory, a .gguf file, a hub id, or 'demo'")
         if self.target == DEMO_MODEL and self.draft is None and self.proposer != "ngram":
             object.__setattr__(self, "draft", DEMO_MODEL)

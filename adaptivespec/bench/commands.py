@@ -1,4 +1,10 @@
-"""`adaptivespec bench ...`: each command prints a table and can write JSON for docs/benchmarks.md."""
+"""`adaptivespec bench ...`: registers every subcommand and runs the small ones itself.
+
+The rule for this package: a subcommand with more than a screen of code has its own module,
+named after it (`bench control` -> `control.py`, with `register` and `run`); everything else
+is a helper named for what it is (`oracle.py`, `interleaved.py`, `hf_loop.py`). Each
+command prints a table and can write JSON for docs/benchmarks.md.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +19,9 @@ from typing import Any
 
 import torch
 
-from adaptivespec.bench import calibrate_command, control_command, controller_bench, engine_bench, serve_bench
+from adaptivespec.bench import calibrate, control, controller, engine, serve
 from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
-from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.config import DEMO_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.loader import LoadedModels, load_runner
 
@@ -43,26 +49,26 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     accept.add_argument("--prompts", type=int, default=32)
     accept.add_argument("--prompt-len", type=int, default=64)
     accept.add_argument("--steps", type=int, default=64)
-    control_command.register(kinds)
-    calibrate_command.register(kinds)
-    controller_bench.register(kinds)
-    serve_bench.register(kinds)
-    engine_bench.register(kinds)
+    control.register(kinds)
+    calibrate.register(kinds)
+    controller.register(kinds)
+    serve.register(kinds)
+    engine.register(kinds)
     for parser in (steps, cache, accept):
         parser.add_argument("--target", default=DEMO_MODEL)
         parser.add_argument("--draft", default=DEMO_MODEL)
-        parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-        parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+        parser.add_argument("--device", choices=DEVICES, default="auto")
+        parser.add_argument("--dtype", choices=DTYPES, default="auto")
         parser.add_argument("--json", type=Path, default=None, help="also write the results here")
 
 
 def run(args: argparse.Namespace) -> None:
     commands: dict[str, Callable[[argparse.Namespace], object]] = {
-        "control": control_command.run,
-        "calibrate": calibrate_command.run,
-        "controller": controller_bench.run,
-        "serve": serve_bench.run,
-        "engine": engine_bench.run,
+        "control": control.run,
+        "calibrate": calibrate.run,
+        "controller": controller.run,
+        "serve": serve.run,
+        "engine": engine.run,
     }
     if args.bench in commands:
         commands[args.bench](args)

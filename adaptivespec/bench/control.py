@@ -1,193 +1,289 @@
-"""`bench control`: every policy over the same load schedule, against a per-bucket oracle.
-
-The oracle is an exhaustive sweep: the schedule is run once per fixed K, and each batch
-bucket keeps the K with the highest goodput there. Phases start from their own seeded
-streams, so a policy that picks the oracle's K in a bucket reproduces its result exactly.
-"""
+"""`adaptivespec bench control --backend sim ...`: argument handling, progress and the JSON report."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
-import numpy as np
+import torch
+from tqdm import tqdm
 
-from adaptivespec.controller.keys import BATCH_BUCKETS, batch_bucket
-from adaptivespec.controller.keys import crossover as keys_crossover
-from adaptivespec.controller.policy import FixedK, SpecPolicy, StaticTable
-from adaptivespec.engine.telemetry import StepTelemetry
-from adaptivespec.sim.loop import PhaseResult, weighted_percentile
+from adaptivespec.bench import hf_control, learners
+from adaptivespec.bench import learning_metrics as metrics
+from adaptivespec.bench.hf_loop import HFLoop
+from adaptivespec.bench.interleaved import measure
+from adaptivespec.bench.oracle import (
+    ORACLE_ARMS,
+    Learner,
+    LoadLoop,
+    PolicyReport,
+    baseline_policies,
+    crossover,
+    run_control,
+)
+from adaptivespec.bench.plot import goodput_by_batch
+from adaptivespec.bench.steps import prompt_windows
+from adaptivespec.config import DEFAULT_MODEL, EngineConfig, ModelConfig
+from adaptivespec.controller.buckets import BATCH_BUCKETS
+from adaptivespec.controller.controller import Controller
+from adaptivespec.engine.demo_models import held_out_documents
+from adaptivespec.engine.hardware import native_cpu_bf16
+from adaptivespec.engine.loader import load_runner
+from adaptivespec.errors import ConfigError
+from adaptivespec.sim import specs
+from adaptivespec.sim.costmodel import StepCostModel
+from adaptivespec.sim.loop import PhaseResult, SimLoop
+from adaptivespec.sim.workload import Workload, default_load
+from adaptivespec.store.repository import Store
 
-ORACLE_ARMS = (0, 1, 2, 3, 4, 5, 6, 8)
+
+def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    control = kinds.add_parser("control", help="every speculation policy against a per-bucket oracle")
+    control.add_argument("--backend", choices=("sim", "hf"), required=True)
+    where = control.add_mutually_exclusive_group()
+    where.add_argument("--hardware", help=f"preset: {', '.join(specs.HARDWARE_PRESETS)}")
+    where.add_argument("--hardware-spec", type=Path, help="JSON file with the HardwareSpec keys")
+    targets = ", ".join(specs.MODEL_PRESETS)
+    control.add_argument("--target", help=f"sim: a preset ({targets}) or FILE.json; hf: model dir or demo")
+    control.add_argument("--draft", help="sim: a preset or FILE.json; hf: a draft model dir or 'demo'")
+    load = control.add_mutually_exclusive_group()
+    load.add_argument("--acceptance", type=float, help="mean acceptance rate (default 0.7)")
+    load.add_argument("--workload", type=Path, help="workload JSON file")
+    control.add_argument("--steps-per-bucket", type=int, default=None, help="default 2000 on sim, 60 on hf")
+    control.add_argument("--new-tokens", type=int, default=128, help="hf: tokens each request generates")
+    control.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="hf: segments per bucket and contender (default: steps / 10)",
+    )
+    control.add_argument("--max-batch", type=int, default=128, help="hf: the largest batch size measured")
+    control.add_argument(
+        "--quick", action="store_true", help="hf: a reduced run (batch <= 16, 20 steps per bucket), same keys"
+    )
+    control.add_argument("--seed", type=int, default=0)
+    control.add_argument(
+        "--db", default=None, help="SQLAlchemy URL: the adaptive policy resumes from and saves to it"
+    )
+    control.add_argument("--json", type=Path, required=True)
+    control.add_argument("--plot", type=Path, default=None)
 
 
-class LoadLoop(Protocol):
-    """The simulator's loop or the real engine's: same schedule, same telemetry."""
-
-    model_key: str
-    hardware_key: str
-
-    def run(
-        self,
-        policy: SpecPolicy,
-        on_step: Callable[[StepTelemetry], None] | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> list[PhaseResult]: ...
+def _model(value: str) -> specs.ModelSpec:
+    if value.endswith(".json") or Path(value).is_file():
+        return specs.load_spec(specs.ModelSpec, Path(value))
+    return specs.model(value)
 
 
-def baseline_policies() -> dict[str, SpecPolicy]:
-    """What serving stacks ship today: off, a fixed K, or K=4 below a hand-set batch threshold."""
+def _workload(args: argparse.Namespace) -> Workload:
+    if args.steps_per_bucket is None:
+        args.steps_per_bucket = 2000
+    if args.steps_per_bucket < 1:
+        raise ConfigError("--steps-per-bucket must be >= 1")
+    if args.workload is not None:
+        return Workload.from_file(args.workload, args.steps_per_bucket)
+    return Workload(
+        acceptance_mean=0.7 if args.acceptance is None else args.acceptance,
+        load=default_load(args.steps_per_bucket),
+    )
+
+
+def _sim(args: argparse.Namespace) -> tuple[LoadLoop, Workload, dict[str, Any], str]:
+    if args.target is None or args.draft is None:
+        raise ConfigError("--backend sim needs --target and --draft (presets or FILE.json)")
+    hardware = specs.hardware(args.hardware, args.hardware_spec)
+    target, draft = _model(args.target), _model(args.draft)
+    workload = _workload(args)
+    cost = StepCostModel(hardware, target, draft)
+    loop = SimLoop(cost, workload, args.seed, f"{target.name}+{draft.name}:bf16", f"sim:{hardware.name}")
+    scenario = {
+        "backend": "sim",
+        "hardware": asdict(hardware),
+        "target": asdict(target),
+        "draft": asdict(draft),
+        "workload": _jsonable(asdict(workload)),
+        "seed": args.seed,
+    }
+    title = f"{hardware.name}: {target.name} + {draft.name} draft, acceptance {workload.acceptance_mean}"
+    return loop, workload, scenario, title
+
+
+def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
+    if args.quick:  # under 10 minutes on 2 cores for the 135M default model (~20 at batch 32 x 30 steps)
+        args.steps_per_bucket = args.steps_per_bucket or 20
+        args.max_batch = min(args.max_batch, 16)
+    steps = args.steps_per_bucket or 60
+    repeats = args.repeats or max(1, steps // 10)
+    if steps < 1 or not 1 <= repeats <= steps:
+        raise ConfigError("--steps-per-bucket must be >= 1 and --repeats in [1, steps per bucket]")
+    models = ModelConfig(target=args.target or DEFAULT_MODEL, draft=args.draft, device="auto")
+    engine = EngineConfig(
+        max_batch=args.max_batch,
+        max_queued=args.max_batch,
+        max_context=64 + args.new_tokens + 16,
+        models=models,
+    )
+    loaded = load_runner(engine)
+    prompts = prompt_windows(loaded.tokenizer, held_out_documents(), 256, 64)
+    load = default_load(steps - steps % repeats, up_to=args.max_batch)
+    loop = HFLoop(loaded.runner, prompts, args.new_tokens, load, args.seed)
+    args.repeats = repeats
+    scenario = {
+        "backend": "hf",
+        "model_key": loaded.runner.model_key,
+        "hardware_key": loaded.runner.hardware_key,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": native_cpu_bf16(),
+        "prompt_tokens": 64,
+        "new_tokens": args.new_tokens,
+        "steps_per_bucket": steps - steps % repeats,
+        "repeats": repeats,
+        "seed": args.seed,
+    }
+    return loop, scenario, f"{loaded.runner.hardware_key}: {loaded.runner.model_key}"
+
+
+def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
+    loop, scenario, title = _hf(args)
+    store = Store(args.db) if args.db else None
+    contenders, controller = hf_control.contenders(loop.model_key, loop.hardware_key, store)
+    total = len(contenders) * sum(p.steps for p in loop.load)
+    with tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar:
+        measurement = measure(loop, contenders, args.repeats, bar.update)
+    if store is not None:
+        learners.flush(controller, store)
+        store.close()
+    report = {"scenario": scenario} | hf_control.report(measurement, contenders, controller)
+    args.json.write_text(json.dumps(report, indent=2))
+    _print_table(report)
+    if args.plot is not None:
+        sizes = {b.label: b.hi for b in BATCH_BUCKETS}
+        series = {name: r["goodput_by_bucket"] for name, r in report["policies"].items()}
+        goodput_by_batch(args.plot, title, series, sizes)
+    return report
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.backend == "hf":
+        return _run_hf(args)
+    loop, workload, scenario, title = _sim(args)
+    policies = baseline_policies()
+    store = Store(args.db) if args.db else None
+    warm = store is not None and store.load(loop.model_key, loop.hardware_key) is not None
+    controllers: list[Controller] = []
+
+    def make_adaptive() -> Learner:
+        controller, learner = learners.adaptive(loop.model_key, loop.hardware_key, store)
+        controllers.append(controller)
+        return learner
+
+    runs = len(ORACLE_ARMS) + len(policies) + 2
+    with tqdm(total=runs * workload.total_steps, desc="bench control", unit="step", file=sys.stderr) as bar:
+        oracle, reports, raw = run_control(
+            loop,
+            policies,
+            progress=bar.update,
+            learners={"adaptive": make_adaptive, "plain-ucb": learners.plain_ucb(ORACLE_ARMS)},
+        )
+    if store is not None:
+        learners.flush(controllers[0], store)
+        store.close()
+    policy_reports: dict[str, dict[str, Any]] = {name: r.to_json() for name, r in reports.items()}
+    policy_reports["adaptive"].update(_learning(raw, workload, reports, warm))
+    report = {
+        "scenario": scenario,
+        "buckets": list(oracle.k_by_bucket),
+        "oracle": oracle.to_json(),
+        "policies": policy_reports,
+        "sample_efficiency": _sample_efficiency(raw),
+    }
+    args.json.write_text(json.dumps(report, indent=2))
+    _print_table(report)
+    if args.plot is not None:
+        sizes = {b.label: b.hi for b in BATCH_BUCKETS}
+        series = {name: r.goodput_by_bucket for name, r in reports.items()}
+        goodput_by_batch(args.plot, title, series, sizes)
+    return report
+
+
+def _sweep(raw: dict[str, list[PhaseResult]]) -> dict[int, list[PhaseResult]]:
+    return {k: raw[f"k{k}"] for k in ORACLE_ARMS}
+
+
+def _learning(
+    raw: dict[str, list[PhaseResult]], workload: Workload, reports: dict[str, PolicyReport], warm: bool
+) -> dict[str, Any]:
+    sweep = _sweep(raw)
+    oracle = metrics.oracle_trace(sweep, metrics.best_k_by_phase(sweep))
+    extra: dict[str, Any] = {
+        "learned_threshold": crossover(reports["adaptive"].k_by_bucket),
+        "warm_start": warm,
+        "first_1000_steps_ratio_to_oracle": metrics.first_steps_ratio(raw["adaptive"], oracle),
+    }
+    if workload.drift:
+        last = max(d.at_step for d in workload.drift)
+        extra["drift_recovery_steps"] = metrics.drift_recovery_steps(raw["adaptive"], sweep, last)
+    return extra
+
+
+def _sample_efficiency(raw: dict[str, list[PhaseResult]]) -> dict[str, float]:
+    sweep = _sweep(raw)
+    oracle = metrics.oracle_trace(sweep, metrics.best_k_by_phase(sweep))
+    ours = metrics.mean_steps_to_95(raw["adaptive"], oracle)
+    plain = metrics.mean_steps_to_95(raw["plain-ucb"], oracle)
     return {
-        "off": FixedK(0),
-        "always-k2": FixedK(2),
-        "always-k4": FixedK(4),
-        "threshold-16": StaticTable.parse([(1, 15, 4)], default_k=0),
-        "threshold-32": StaticTable.parse([(1, 31, 4)], default_k=0),
+        "adaptive_steps_to_95": ours,
+        "plain_ucb_steps_to_95": plain,
+        "plain_over_adaptive": plain / max(ours, 1.0),
     }
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyReport:
-    goodput_tok_s: float
-    goodput_by_bucket: dict[str, float]
-    k_by_bucket: dict[str, int]
-    p50_itl_ms: float
-    p99_itl_ms: float
-    ratio_to_oracle: float = float("nan")
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "goodput_tok_s": self.goodput_tok_s,
-            "ratio_to_oracle": self.ratio_to_oracle,
-            "k_by_bucket": self.k_by_bucket,
-            "goodput_by_bucket": self.goodput_by_bucket,
-            "p50_itl_ms": self.p50_itl_ms,
-            "p99_itl_ms": self.p99_itl_ms,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Oracle:
-    k_by_bucket: dict[str, int]
-    goodput_by_bucket: dict[str, float]
-    goodput_tok_s: float
-    threshold: int | None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "k_by_bucket": self.k_by_bucket,
-            "threshold": self.threshold,
-            "goodput_tok_s": self.goodput_tok_s,
-            "goodput_by_bucket": self.goodput_by_bucket,
-        }
-
-
-def _by_bucket(results: Sequence[PhaseResult]) -> dict[str, list[PhaseResult]]:
-    grouped: dict[str, list[PhaseResult]] = {}
-    for result in results:
-        grouped.setdefault(BATCH_BUCKETS[batch_bucket(result.concurrency)].label, []).append(result)
-    return grouped
-
-
-def _goodput(results: Sequence[PhaseResult]) -> float:
-    seconds = sum(r.seconds for r in results)
-    return sum(r.tokens for r in results) / seconds if seconds else 0.0
-
-
-def summarise(results: Sequence[PhaseResult]) -> PolicyReport:
-    grouped = _by_bucket(results)
-    k_counts = {label: _merge_counts([r.k_counts for r in phases]) for label, phases in grouped.items()}
-    itl = np.concatenate([a for r in results for a in r.itl_seconds])
-    weights = np.concatenate([w for r in results for w in r.itl_weights]).astype(np.float64)
-    return PolicyReport(
-        goodput_tok_s=_goodput(results),
-        goodput_by_bucket={label: _goodput(phases) for label, phases in grouped.items()},
-        k_by_bucket={label: max(counts, key=counts.__getitem__) for label, counts in k_counts.items()},
-        p50_itl_ms=weighted_percentile(itl, weights, 50) * 1000,
-        p99_itl_ms=weighted_percentile(itl, weights, 99) * 1000,
+def _print_table(report: dict[str, Any]) -> None:
+    oracle = report["oracle"]
+    print(f"oracle K by bucket: {oracle['k_by_bucket']}  threshold: {oracle['threshold']}")
+    adaptive = report["policies"]["adaptive"]
+    print(f"adaptive K by bucket: {adaptive['k_by_bucket']}  threshold: {adaptive['learned_threshold']}")
+    print(
+        f"{'policy':<14} {'goodput tok/s':>14} {'ratio to oracle':>16} {'95% interval':>15} "
+        f"{'p50 ITL ms':>11} {'p99 ITL ms':>11}"
     )
-
-
-def _merge_counts(counts: Sequence[Mapping[int, int]]) -> dict[int, int]:
-    merged: dict[int, int] = {}
-    for mapping in counts:
-        for k, n in mapping.items():
-            merged[k] = merged.get(k, 0) + n
-    return merged
-
-
-def oracle_from_sweep(sweep: Mapping[int, Sequence[PhaseResult]]) -> Oracle:
-    """Best K per bucket; phases of the best runs make up the oracle's own schedule."""
-    per_arm = {k: _by_bucket(results) for k, results in sweep.items()}
-    labels = list(next(iter(per_arm.values())))
-    best = {label: _best_arm(per_arm, label) for label in labels}
-    phases = [phase for label in labels for phase in per_arm[best[label]][label]]
-    return Oracle(
-        k_by_bucket=best,
-        goodput_by_bucket={label: _goodput(per_arm[best[label]][label]) for label in labels},
-        goodput_tok_s=_goodput(phases),
-        threshold=crossover(best),
+    for name, r in report["policies"].items():
+        interval = "{:>7.3f}-{:<7.3f}".format(*r["ratio_ci"]) if "ratio_ci" in r else f"{'':15}"
+        print(
+            f"{name:<14} {r['goodput_tok_s']:>14.0f} {r['ratio_to_oracle']:>16.3f} {interval} "
+            f"{r['p50_itl_ms']:>11.2f} {r['p99_itl_ms']:>11.2f}"
+        )
+    efficiency = report["sample_efficiency"]
+    print(
+        f"steps to 0.95 of the oracle per bucket: adaptive {efficiency['adaptive_steps_to_95']:.1f}, "
+        f"plain river UCB {efficiency['plain_ucb_steps_to_95']:.1f}"
     )
+    if "comparisons" in report:
+        c = report["comparisons"]
+        print(
+            f"adaptive - {c['best_static']} (best static): {_interval(c['adaptive_minus_best_static'])}; "
+            f"adaptive - off: {_interval(c['adaptive_minus_off'])}; holds: {c['holds']} "
+            f"(from {c['first_holds_at_steps_per_bucket']} steps per bucket); "
+            f"inconclusive: {report['inconclusive']}"
+        )
+        print(f"exploration: {adaptive['exploration']}")
+    for key in ("drift_recovery_steps", "first_1000_steps_ratio_to_oracle"):
+        if key in adaptive:
+            print(f"{key}: {adaptive[key]}")
 
 
-def _best_arm(per_arm: Mapping[int, Mapping[str, Sequence[PhaseResult]]], label: str) -> int:
-    return max(per_arm, key=lambda k: _goodput(per_arm[k][label]))
+def _interval(values: list[float]) -> str:
+    point, low, high = values
+    return f"{point:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
-def crossover(k_by_bucket: Mapping[str, int]) -> int | None:
-    """Smallest batch size from which every larger bucket's best K is 0; None if there is none."""
-    labelled = {b.label: b for b in BATCH_BUCKETS}
-    return keys_crossover([(labelled[label], k) for label, k in k_by_bucket.items()])
-
-
-def ratio_to_oracle(report: PolicyReport, oracle: Oracle) -> float:
-    """Mean over buckets of goodput / oracle goodput, so every load level counts equally."""
-    ratios = [report.goodput_by_bucket[b] / oracle.goodput_by_bucket[b] for b in oracle.goodput_by_bucket]
-    return float(np.mean(ratios))
-
-
-@dataclass(frozen=True, slots=True)
-class Learner:
-    """A learning policy: what the loop asks for K, and what it tells about each step."""
-
-    policy: SpecPolicy
-    on_step: Callable[[StepTelemetry], None]
-
-
-def run_control(
-    loop: LoadLoop,
-    policies: Mapping[str, SpecPolicy],
-    progress: Callable[[int], None] | None = None,
-    arms: Sequence[int] = ORACLE_ARMS,
-    learners: Mapping[str, Callable[[], Learner]] | None = None,
-) -> tuple[Oracle, dict[str, PolicyReport], dict[str, list[PhaseResult]]]:
-    sweep = {k: loop.run(FixedK(k), progress=progress) for k in arms}
-    oracle = oracle_from_sweep(sweep)
-    reports: dict[str, PolicyReport] = {}
-    raw: dict[str, list[PhaseResult]] = {f"k{k}": results for k, results in sweep.items()}
-    for name, policy in policies.items():
-        raw[name] = loop.run(policy, progress=progress)
-        reports[name] = _with_ratio(summarise(raw[name]), oracle)
-    for name, make in (learners or {}).items():
-        learner = make()
-        raw[name] = loop.run(learner.policy, on_step=learner.on_step, progress=progress)
-        reports[name] = _with_ratio(summarise(raw[name]), oracle)
-    reports["oracle"] = _with_ratio(
-        summarise(
-            [p for label in oracle.k_by_bucket for p in _by_bucket(sweep[oracle.k_by_bucket[label]])[label]]
-        ),
-        oracle,
-    )
-    return oracle, reports, raw
-
-
-def _with_ratio(report: PolicyReport, oracle: Oracle) -> PolicyReport:
-    return PolicyReport(
-        report.goodput_tok_s,
-        report.goodput_by_bucket,
-        report.k_by_bucket,
-        report.p50_itl_ms,
-        report.p99_itl_ms,
-        ratio_to_oracle(report, oracle),
-    )
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from adaptivespec.bench.control import Learner
+from adaptivespec.bench.oracle import Learner
 from adaptivespec.controller import persistence
 from adaptivespec.controller.bandit import RiverBandit
+from adaptivespec.controller.buckets import batch_bucket
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.keys import batch_bucket
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.store.repository import Store
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from math import erf, inf, sqrt
 
 from adaptivespec.controller.bandit import ArmPolicy
-from adaptivespec.controller.costmodel import OptimisticCosts, measured_seconds
 from adaptivespec.controller.stats import EWStat
+from adaptivespec.controller.step_costs import OptimisticCosts, measured_seconds
 
 Acceptance = Callable[[int], float]  # K -> expected tokens per row per step
 CostFloor = Callable[[int], float | None]  # K -> a lower bound on its step seconds, from elsewhere
@@ -44,9 +44,12 @@ Z = 2.0  # standard errors either side of a measured arm's mean: its upper and l
 MIN_RELATIVE_ERROR = 0.02
 
 
+ARMS = (0, 1, 2, 3, 4, 5, 6, 8)  # the draft lengths learned over, and the oracle's sweep
+
+
 @dataclass(frozen=True, slots=True)
 class LearningSettings:
-    arms: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6, 8)
+    arms: tuple[int, ...] = ARMS
     prune_margin: float = 0.15  # never try an arm whose optimistic bound is this far below the best
     hysteresis: float = 0.02  # a new decision must beat the current one by this much
     prior_weight: int = 2  # pseudo-observations seeding the bandit from predictions

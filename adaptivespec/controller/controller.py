@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 from adaptivespec.controller.acceptance import AcceptanceEstimator
 from adaptivespec.controller.bandit import ArmPolicy, BanditKind, RiverBandit
-from adaptivespec.controller.cell import Cell, LearningSettings, initial_k
-from adaptivespec.controller.keys import (
+from adaptivespec.controller.buckets import (
     BATCH_BUCKETS,
     CONTEXT_BUCKETS,
     batch_bucket,
     context_bucket,
     crossover,
 )
+from adaptivespec.controller.cell import Cell, LearningSettings, initial_k
 from adaptivespec.controller.neighbours import CellKey, nearest_decision, neighbourhood
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.publication import publish_after_change, publish_cell

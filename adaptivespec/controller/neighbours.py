@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.cell import Cell, CostFloor, Neighbourhood
-from adaptivespec.controller.costmodel import relative_cost_floor
-from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS
+from adaptivespec.controller.step_costs import relative_cost_floor
 
 CellKey = tuple[int, int]  # (context bucket, batch bucket)
 Cells = Mapping[CellKey, Cell]

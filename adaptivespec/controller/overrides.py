@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.errors import ConfigError
 
 OverrideKind = Literal["pin", "force_off", "force_on"]

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adaptivespec.controller.keys import CONTEXT_BUCKETS
+from adaptivespec.controller.buckets import CONTEXT_BUCKETS
 from adaptivespec.controller.neighbours import CellKey
 from adaptivespec.controller.publication import republish
 from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState

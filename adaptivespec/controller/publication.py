@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.neighbours import CellKey, nearest_decision
 from adaptivespec.controller.overrides import effective_k
 

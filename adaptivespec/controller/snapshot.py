@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS, batch_bucket, context_bucket
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, batch_bucket, context_bucket
 
 Table = tuple[tuple[int, ...], ...]  # [context bucket][batch bucket] -> K
 

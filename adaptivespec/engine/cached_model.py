@@ -18,18 +18,11 @@ from adaptivespec.engine.ragged import RaggedLayout
 class ForwardClock:
     """Accumulates wall time spent inside model forwards, to separate it from engine overhead."""
 
-    seconds: float = field(default=0.0)  # since the last lap
     total: float = field(default=0.0)  # since the start, for whole-run overhead figures
     sync: bool = False  # on cuda, wait for the kernels so the time is real
 
     def add(self, seconds: float) -> None:
-        self.seconds += seconds
         self.total += seconds
-
-    def lap(self) -> float:
-        """Returns the time accumulated since the last lap and resets it."""
-        spent, self.seconds = self.seconds, 0.0
-        return spent
 
 
 class CachedModel:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
@@ -22,13 +21,14 @@ from typing import TypeVar
 from adaptivespec.config import EngineConfig
 from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.policy import SpecPolicy
+from adaptivespec.engine.intake import Intake
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import RowMoves, Scheduler
 from adaptivespec.engine.sequence import Sequence, SequenceStats, TokenEvent
 from adaptivespec.engine.telemetry import StepTelemetry, TelemetryBus
-from adaptivespec.engine.tokenizer import Tokenizer, longest_token_chars
-from adaptivespec.errors import EngineStoppedError, InvalidRequestError
+from adaptivespec.engine.tokenizer import Tokenizer
+from adaptivespec.errors import EngineStoppedError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,7 +89,7 @@ class Engine:
         self.config = config
         self.telemetry = telemetry or TelemetryBus(config.telemetry_queue)
         self.scheduler = Scheduler(config.max_batch, config.max_queued, config.max_prefill_tokens)
-        self._seeds = random.Random(config.seed)
+        self.intake = Intake(tokenizer, config.max_context, runner.vocab_rows, config.seed)
         self._wakeup = asyncio.Event()
         self._owns_executor = compute is None
         self._executor: ThreadPoolExecutor | None = compute
@@ -97,7 +97,6 @@ class Engine:
         self.steps = 0
         self.totals = EngineTotals()
         self.failure: str | None = None  # why the step loop died; the service must be restarted
-        self.max_prompt_chars = config.max_context * longest_token_chars(tokenizer)
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -154,51 +153,14 @@ class Engine:
     def _enqueue(self, prompt: str | Seq[int], params: SamplingParams) -> Sequence:
         if not self.running:
             raise EngineStoppedError(self.failure or "the engine is not running; call start() first")
-        sequence = self._new_sequence(self._tokenize(prompt), params)
+        sequence = self.intake.sequence(prompt, params)
         self.scheduler.add(sequence)
         self._wakeup.set()
         return sequence
 
     def encode(self, prompt: str) -> list[int]:
-        """Token ids of a text prompt. Thread-safe: servers call it off the event loop, since a
-        long prompt takes milliseconds to tokenize; text that cannot fit the context is refused
-        by its length before any tokenizing."""
-        if not prompt:
-            raise InvalidRequestError("prompt is empty; send at least one character", "prompt")
-        if len(prompt) > self.max_prompt_chars:
-            raise InvalidRequestError(
-                f"prompt has {len(prompt)} characters, more than a context of {self.config.max_context} "
-                "tokens can hold; shorten the prompt",
-                "prompt",
-            )
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
-
-    def _tokenize(self, prompt: str | Seq[int]) -> list[int]:
-        if isinstance(prompt, str):
-            return self.encode(prompt)
-        ids = [int(t) for t in prompt]
-        if not ids:
-            raise InvalidRequestError("prompt is empty; send at least one token", "prompt")
-        vocab = self.runner.vocab_rows
-        if any(t < 0 or t >= vocab for t in ids):
-            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})", "prompt")
-        return ids
-
-    def _new_sequence(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
-        limit = self.config.max_context
-        if len(prompt_ids) >= limit:
-            raise InvalidRequestError(
-                f"prompt has {len(prompt_ids)} tokens but the context holds {limit}; shorten the prompt",
-                "prompt",
-            )
-        if len(prompt_ids) + params.max_tokens > limit:
-            raise InvalidRequestError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the "
-                f"context of {limit} tokens; lower max_tokens to at most {limit - len(prompt_ids)}",
-                "max_tokens",
-            )
-        seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
-        return Sequence(prompt_ids, params, seed, limit, self.tokenizer)
+        """Token ids of a text prompt (thread-safe: servers call it off the event loop)."""
+        return self.intake.encode(prompt)
 
     async def _stream(self, sequence: Sequence) -> AsyncIterator[TokenEvent]:
         try:
@@ -240,50 +202,46 @@ class Engine:
             self.scheduler.waiting.popleft().fail("error", error)
 
     async def step(self) -> None:
-        """One iteration: admit and prefill newcomers, then one decode step of the batch."""
-        moves = self.scheduler.compact()
-        admission = self.scheduler.admit()
-        if admission.sequences:
-            await self._prefill(moves, admission.row_start, admission.sequences)
-            moves = self.scheduler.compact()
-        elif moves.srcs:
-            await self._compute(self.runner.move_rows, moves.srcs, moves.dsts)
-            moves = self.scheduler.compact()
-        batch = list(self.scheduler.running)
-        if batch:
-            await self._decode(moves, batch)
+        """One iteration: newcomers are admitted and prefilled, then the batch decodes one step.
+
+        Each phase schedules on the event loop, runs on the compute thread, and postprocesses
+        on the loop. A failed prefill or decode fails only its requests; anything else that
+        raises stops the loop (see `_loop`).
+        """
+        await self._admit()
+        if self.scheduler.running:
+            await self._decode()
         else:
             await asyncio.sleep(0)
 
-    async def _prefill(self, moves: RowMoves, row_start: int, sequences: list[Sequence]) -> None:
-        items = [PrefillItem(s.prompt_ids, s.params, s.seed) for s in sequences]
-
-        def work() -> list[int]:
-            self.runner.move_rows(moves.srcs, moves.dsts)
-            return self.runner.prefill(row_start, items).first_tokens
-
+    async def _admit(self) -> None:
+        moves = self.scheduler.compact()  # rows of finished requests are freed first
+        admission = self.scheduler.admit()
+        await self._move(moves)
+        if not admission.sequences:
+            return
+        items = [PrefillItem(s.prompt_ids, s.params, s.seed) for s in admission.sequences]
         try:
-            first_tokens = await self._compute(work)
+            first_tokens = (await self._compute(self.runner.prefill, admission.row_start, items)).first_tokens
         except Exception as exc:  # contained: only these requests fail
             log.exception("prefill failed")
-            for sequence in sequences:
+            for sequence in admission.sequences:
                 sequence.fail("error", f"prefill failed: {type(exc).__name__}")
             return
-        for sequence, token in zip(sequences, first_tokens, strict=True):
+        for sequence, token in zip(admission.sequences, first_tokens, strict=True):
             self.totals.prompt_tokens += len(sequence.prompt_ids)
             self.totals.generation_tokens += sequence.add_tokens([token], self.runner.eos_token_ids)
 
-    async def _decode(self, moves: RowMoves, batch: list[Sequence]) -> None:
+    async def _decode(self) -> None:
+        await self._move(self.scheduler.compact())  # some may have finished at their first token
+        batch = list(self.scheduler.running)
+        if not batch:
+            return
         context = sum(len(s) for s in batch) / len(batch)
         k = self.policy.k_for(len(batch), int(context))
-
-        def work() -> DecodeOutput:
-            self.runner.move_rows(moves.srcs, moves.dsts)
-            return self.runner.decode(len(batch), k)
-
         try:
-            out = await self._compute(work)
-        except Exception as exc:
+            out = await self._compute(self.runner.decode, len(batch), k)
+        except Exception as exc:  # contained: only this batch fails
             log.exception("decode step failed")
             for sequence in batch:
                 sequence.fail("error", f"decode step failed: {type(exc).__name__}")
@@ -300,6 +258,12 @@ class Engine:
                 kept += sequence.add_tokens(tokens, self.runner.eos_token_ids)
         self.totals.generation_tokens += kept
         self.telemetry.publish(self._record(out, len(batch), context, kept))
+
+    async def _move(self, moves: RowMoves) -> None:
+        """Applies the scheduler's row moves to the KV cache. Not contained: if this fails, which
+        row holds which request is unknown, so the loop stops."""
+        if moves.srcs:
+            await self._compute(self.runner.move_rows, moves.srcs, moves.dsts)
 
     def _record(self, out: DecodeOutput, batch_size: int, context: float, emitted: int) -> StepTelemetry:
         return StepTelemetry(

@@ -13,13 +13,13 @@ from typing import cast
 import torch
 from transformers import PreTrainedModel
 
-from adaptivespec.engine.acceptance import Verdict, verify
 from adaptivespec.engine.cached_model import CachedModel, ForwardClock
 from adaptivespec.engine.proposers import Proposal, Proposer
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import BatchSampling, next_tokens
+from adaptivespec.engine.verification import Verdict, verify
 
 
 class HFRunner:
@@ -66,7 +66,6 @@ class HFRunner:
 
     @torch.inference_mode()
     def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput:
-        began = time.perf_counter()
         prompts = [item.prompt for item in items]
         count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.device)
         for r, item in enumerate(items):
@@ -81,13 +80,11 @@ class HFRunner:
         self.rows.lens[rows] = count + 1
         if self.proposer is not None:
             self.proposer.prefill(row_start, prompts)
-        self.clock.lap()
-        return PrefillOutput(first.tolist(), time.perf_counter() - began)
+        return PrefillOutput(first.tolist())
 
     @torch.inference_mode()
     def decode(self, batch: int, k: int) -> DecodeOutput:
         began = time.perf_counter()
-        self.clock.lap()
         sampling = self._sampling(slice(0, batch))
         old_lens = self.rows.lens[:batch].clone()
         k = min(k, self.max_spec_tokens)
@@ -112,7 +109,6 @@ class HFRunner:
             draft_seconds=drafted_at - began,
             verify_seconds=done - drafted_at,
             step_seconds=done - began,
-            forward_seconds=self.clock.lap(),
         )
 
     def move_rows(self, srcs: list[int], dsts: list[int]) -> None:

@@ -23,7 +23,6 @@ class PrefillItem:
 @dataclass(frozen=True, slots=True)
 class PrefillOutput:
     first_tokens: list[int]
-    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +35,6 @@ class DecodeOutput:
     draft_seconds: float
     verify_seconds: float
     step_seconds: float
-    forward_seconds: float  # time inside model forwards; the rest is framework overhead
 
 
 class Runner(Protocol):

@@ -24,8 +24,8 @@ from typing import Any
 from aiohttp import web
 
 from adaptivespec.controller import operator
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.publication import PublishedCell, published_cells
 from adaptivespec.errors import ConfigError

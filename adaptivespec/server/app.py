@@ -108,7 +108,7 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
     engine = Engine(runner, tokenizer, controller.live, config.engine, compute=compute)
     name = config.served_model_name or loaded.name
     aliases = frozenset(a.lower() for a in {name, loaded.name, *loaded.aliases})
-    app[SERVICES] = Services(engine, tokenizer, controller, store, name, aliases, loaded.chat, app[LIFECYCLE])
+    app[SERVICES] = Services(engine, tokenizer, controller, store, name, aliases, loaded.chat)
     lock = asyncio.Lock()
 
     async def flush() -> None:

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.publication import published_cells
 from adaptivespec.engine.engine import Engine, EngineTotals
 from adaptivespec.engine.telemetry import StepTelemetry, Subscription

@@ -43,7 +43,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             400, "this model's tokenizer has no chat template; use /v1/completions", param="messages"
         )
     characters = sum(len(m["content"]) for m in messages)
-    if characters > services.engine.max_prompt_chars:
+    if characters > services.engine.intake.max_prompt_chars:
         raise ApiError(
             400,
             f"messages have {characters} characters, more than the context of "

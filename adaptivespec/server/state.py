@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -31,7 +31,6 @@ class Services:
     model_name: str
     model_aliases: frozenset[str]  # lower-cased names accepted as "model", model_name included
     chat_template: bool
-    lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
 
 CONFIG = web.AppKey("config", ServeConfig)

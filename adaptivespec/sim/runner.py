@@ -44,7 +44,7 @@ class SimRunner:
         self._context[rows] = lengths + 1
         seconds = self.cost.prefill_seconds(int(lengths.sum()), len(items))
         self.clock += seconds
-        return PrefillOutput([_FILLER[0]] * len(items), seconds)
+        return PrefillOutput([_FILLER[0]] * len(items))
 
     def decode(self, batch: int, k: int) -> DecodeOutput:
         k = min(k, self.max_spec_tokens)
@@ -64,7 +64,6 @@ class SimRunner:
             draft_seconds=cost.draft_seconds,
             verify_seconds=cost.verify_seconds,
             step_seconds=cost.step_seconds,
-            forward_seconds=cost.draft_seconds + cost.verify_seconds,
         )
 
     def move_rows(self, srcs: list[int], dsts: list[int]) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptivespec.controller.keys import BATCH_BUCKETS
+from adaptivespec.controller.buckets import BATCH_BUCKETS
 from adaptivespec.errors import ConfigError
 
 DEFAULT_STEPS_PER_PHASE = 2000

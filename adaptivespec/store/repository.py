@@ -13,8 +13,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from adaptivespec.controller.acceptance import AcceptanceRates
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, crossover
 from adaptivespec.controller.controller import DecisionChange
-from adaptivespec.controller.keys import BATCH_BUCKETS, CONTEXT_BUCKETS, crossover
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
 from adaptivespec.store.db import StoreError, make_engine, require_current, upgrade

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptivespec.bench.control import crossover
+from adaptivespec.bench.oracle import crossover
 from adaptivespec.cli import main
 
 from ..conftest import TinyPair

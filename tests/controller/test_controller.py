@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from adaptivespec.bench.control import baseline_policies, oracle_from_sweep, ratio_to_oracle, summarise
+from adaptivespec.bench.oracle import baseline_policies, oracle_from_sweep, ratio_to_oracle, summarise
 from adaptivespec.controller import operator
+from adaptivespec.controller.buckets import batch_bucket, context_bucket
 from adaptivespec.controller.cell import LearningSettings
 from adaptivespec.controller.controller import Controller, ControllerConfig
-from adaptivespec.controller.keys import batch_bucket, context_bucket
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.telemetry import StepTelemetry

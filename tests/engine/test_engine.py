@@ -303,7 +303,7 @@ async def test_text_is_tokenized_off_the_event_loop_by_the_server_path(
     engine = await _engine(tiny_pair, tiny_models)
     try:
         with pytest.raises(InvalidRequestError, match="characters"):
-            engine.encode("x" * (engine.max_prompt_chars + 1))
+            engine.encode("x" * (engine.intake.max_prompt_chars + 1))
         ids = await asyncio.to_thread(engine.encode, "def add")
         done = await engine.generate(ids, SamplingParams(max_tokens=4, temperature=0.0))
     finally:

@@ -16,7 +16,9 @@ from adaptivespec.server.app import create_app
 from ..conftest import TinyPair
 
 TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'tool' %}{{ raise_exception('this template has no tool role') }}{% endif %}"
+    "<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
 )
 
 
@@ -80,3 +82,14 @@ async def test_an_unknown_model_name_is_a_404_that_names_the_model(
         },
     )
     assert response.status == 404 and (await response.json())["error"]["param"] == "model"
+
+
+async def test_a_template_that_refuses_the_messages_is_a_400_that_says_why(
+    aiohttp_client: Any, tmp_path: Path, bos_model: Path
+) -> None:
+    client = await _client(aiohttp_client, tmp_path, bos_model)
+    messages = [{"role": "user", "content": "x"}, {"role": "tool", "content": "42"}]
+    response = await client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
+    assert response.status == 400
+    error = (await response.json())["error"]
+    assert error["param"] == "messages" and "no tool role" in error["message"]

@@ -139,3 +139,32 @@ def _nested(body: str, depth: int) -> str:
     """`body` (a JSON object) with one more field that nests `depth` lists deep."""
     rest = "}" if body == "{}" else ", " + body[1:]
     return '{"nested": ' + "[" * depth + "]" * depth + rest
+
+
+class _BrokenDecode:
+    """A tokenizer whose decode raises: a fault in the loop's own work, outside model compute."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens)
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        raise RuntimeError("detokenizer bug")
+
+    def __len__(self) -> int:
+        return len(self._tokenizer)
+
+
+async def test_a_dead_engine_loop_fails_requests_and_turns_health_to_503(
+    sim_client: TestClient[Any, Any],
+) -> None:
+    engine = sim_client.server.app[SERVICES].engine
+    engine.intake.tokenizer = _BrokenDecode(engine.intake.tokenizer)
+    response = await sim_client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 8})
+    assert response.status == 500 and "restart" in (await response.json())["error"]["message"]
+    health = await sim_client.get("/health")
+    assert health.status == 503 and (await health.json())["status"] == "failed"
+    refused = await sim_client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 8})
+    assert refused.status == 503 and "restart the service" in (await refused.json())["error"]["message"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from adaptivespec.engine.acceptance import accept_greedy, accept_rejection
+from adaptivespec.engine.verification import accept_greedy, accept_rejection
 
 # Chi-square critical value for 4 degrees of freedom at significance 1e-6: a correct sampler
 # fails this bound about once in a million seeds; a biased one (off by 0.01) fails it always.

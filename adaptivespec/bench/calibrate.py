@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from adaptivespec.controller.cell import ARMS
 from adaptivespec.sim import specs
 from adaptivespec.sim.calibration import TT_A100_8B_1B, calibrate, goodput, token_acceptance
 from adaptivespec.sim.costmodel import StepCostModel
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-ARMS = (0, 1, 2, 3, 4, 5, 6, 8)
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

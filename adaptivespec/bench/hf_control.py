@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from adaptivespec.bench import learners
-from adaptivespec.bench.control import ORACLE_ARMS, PolicyReport, baseline_policies, crossover, summarise
 from adaptivespec.bench.interleaved import Contender, Measurement, merge, totals
 from adaptivespec.bench.learning_metrics import steps_to_reach
+from adaptivespec.bench.oracle import ORACLE_ARMS, PolicyReport, baseline_policies, crossover, summarise
 from adaptivespec.bench.paired import Interval, PairedRatios
+from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.keys import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.sim.loop import PhaseResult
 from adaptivespec.store.repository import Store

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig, ServeConfig
+from adaptivespec.config import DEMO_MODEL, DEVICES, EngineConfig, ModelConfig, ServeConfig
 from adaptivespec.controller import operator
 from adaptivespec.controller.overrides import Override
 from adaptivespec.engine.engine import Engine
@@ -36,7 +36,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--backend", choices=("hf", "sim"), default="hf")
     bench.add_argument("--target", default=DEMO_MODEL)
     bench.add_argument("--draft", default=DEMO_MODEL)
-    bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    bench.add_argument("--device", choices=DEVICES, default="auto")
     bench.add_argument("--json", type=Path, default=None)
 
 
