@@ -19,9 +19,8 @@ PROMPT_CONTEXT = 5  # prompt tokens the first window starts with (vLLM uses 5 to
 class Detokenizer:
     def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int]) -> None:
         self._tokenizer = tokenizer
-        self._ids = list(prompt_ids[-PROMPT_CONTEXT:])
-        self._prefix = 0  # the window is _ids[_prefix:]; _ids[_prefix:_read] was decoded before
-        self._read = len(self._ids)
+        self._window = list(prompt_ids[-PROMPT_CONTEXT:])
+        self._context = len(self._window)  # leading window ids whose text is already out (or the prompt's)
         self.text = ""
 
     def extend(self, token_ids: Sequence[int], flush: bool = False) -> str:
@@ -30,16 +29,15 @@ class Detokenizer:
         Text that ends in a partial character is held until the next tokens complete it,
         unless the sequence is finishing (`flush`).
         """
-        self._ids.extend(token_ids)
-        before = self._decode(self._ids[self._prefix : self._read])
-        after = self._decode(self._ids[self._prefix :])
+        self._window.extend(token_ids)
+        before = self._decode(self._window[: self._context])
+        after = self._decode(self._window)
         if flush or not after.endswith("\ufffd"):
             self.text += after[len(before) :]
-            # Advance even when nothing was added (skipped special tokens), or the window grows.
-            self._prefix, self._read = self._read, len(self._ids)
-            del self._ids[: self._prefix]
-            self._read -= self._prefix
-            self._prefix = 0
+            # The tokens just shown are the next window's context. Advance even when nothing was
+            # added (skipped special tokens), or the window would grow without bound.
+            del self._window[: self._context]
+            self._context = len(self._window)
         return self.text
 
     def _decode(self, ids: list[int]) -> str:

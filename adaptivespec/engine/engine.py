@@ -198,8 +198,7 @@ class Engine:
         for sequence in self.scheduler.running:
             sequence.fail("error", error)
         self.scheduler.running.clear()
-        while self.scheduler.waiting:
-            self.scheduler.waiting.popleft().fail("error", error)
+        self.scheduler.drain_waiting("error", error)
 
     async def step(self) -> None:
         """One iteration: newcomers are admitted and prefilled, then the batch decodes one step.

@@ -89,6 +89,6 @@ class Scheduler:
                 sequence.fail("abort")
         self.waiting = deque(s for s in self.waiting if not s.aborted)
 
-    def drain_waiting(self, reason: str) -> None:
+    def drain_waiting(self, reason: str, error: str | None = None) -> None:
         while self.waiting:
-            self.waiting.popleft().fail(reason)
+            self.waiting.popleft().fail(reason, error)
