@@ -42,7 +42,6 @@ Z = 2.0  # standard errors either side of a measured arm's mean: its upper and l
 # The least relative error an estimate carries: acceptance noise is not in the step-time variance,
 # and a deterministic clock (the simulator) has none at all.
 MIN_RELATIVE_ERROR = 0.02
-UNKNOWN_SPREAD = 0.25  # a step's relative spread before any arm has two measurements
 
 
 ARMS = (0, 1, 2, 3, 4, 5, 6, 8)  # the draft lengths learned over, and the oracle's sweep
@@ -135,26 +134,12 @@ class Cell:
         return predicted[k] * (1 - Z * self._relative_error(k)) if k in predicted else 0.0
 
     def _relative_error(self, k: int) -> float:
-        """Standard error of a measured arm's mean step time, relative to it (the floor when unmeasured).
-
-        An arm measured once has no variance of its own; it borrows the cell's pooled relative
-        spread, since the noise (other processes, prompt lookup finding a match or not) is the
-        cell's more than the arm's. Taking a single step as exact let one unlucky step prune
-        an arm at batch 5-8 for good, and every larger batch inherited the pruning.
-        """
+        """Standard error of a measured arm's mean step time, relative to it (the floor when unmeasured)."""
         stat = self.seconds.get(k)
-        if stat is None or stat.count < 1 or stat.mean <= 0:
+        if stat is None or stat.count < 2 or stat.mean <= 0:
             return MIN_RELATIVE_ERROR
         samples = min(float(stat.count), self.settings.effective_samples)
-        spread = sqrt(stat.var) / stat.mean if stat.count >= 2 else self._pooled_spread()
-        return max(spread / sqrt(samples), MIN_RELATIVE_ERROR)
-
-    def _pooled_spread(self) -> float:
-        """The relative standard deviation of one step, pooled over arms measured at least twice."""
-        variances = [s.var / (s.mean * s.mean) for s in self.seconds.values() if s.count >= 2 and s.mean > 0]
-        if not variances:
-            return UNKNOWN_SPREAD
-        return sqrt(sum(variances) / len(variances))
+        return max(sqrt(stat.var / samples) / stat.mean, MIN_RELATIVE_ERROR)
 
     def _priced(
         self, acceptance: Acceptance, seconds_of: Callable[[dict[int, EWStat], int], float | None]
