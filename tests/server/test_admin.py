@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from aiohttp.test_utils import TestClient
 
 from adaptivespec.config import EngineConfig
 from adaptivespec.server.app import create_app
+from adaptivespec.server.state import SERVICES
 
 from .conftest import TOKEN, sim_config
 
@@ -184,3 +186,18 @@ async def test_page_api_and_metrics_show_the_same_decisions(aiohttp_client: Any,
     assert measured and all(
         r["source_by_bucket"][b] in ("measured", "borrowed") for r in rows for b in r["k_by_bucket"]
     )
+
+
+async def test_history_is_read_off_the_event_loop(sim_client: TestClient[Any, Any]) -> None:
+    """A slow database must not stall every stream the loop serves."""
+    store = sim_client.server.app[SERVICES].store
+    real, threads = store.history, []
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    store.history = recording  # type: ignore[method-assign]
+    response = await sim_client.get("/admin/decisions", headers=AUTH)
+    assert response.status == 200
+    assert threads and threading.main_thread() not in threads

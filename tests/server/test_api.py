@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from adaptivespec.config import EngineConfig
 from adaptivespec.server.app import create_app
+from adaptivespec.server.state import SERVICES
 
 from .conftest import sim_config
 
@@ -165,3 +167,17 @@ async def test_token_metrics_count_what_requests_kept_when_they_were_admitted(
     metrics = await (await sim_client.get("/metrics")).text()
     assert f"adaptivespec:generation_tokens_total {float(usage['completion_tokens'])}" in metrics
     assert f"adaptivespec:prompt_tokens_total {float(usage['prompt_tokens'])}" in metrics
+
+
+async def test_prompts_are_tokenized_off_the_event_loop(sim_client: TestClient[Any, Any]) -> None:
+    tokenizer = sim_client.server.app[SERVICES].engine.intake.tokenizer
+    real, threads = tokenizer.encode, []
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    tokenizer.encode = recording  # type: ignore[method-assign]
+    status, _ = await _completion(sim_client, prompt=["one", "two"], max_tokens=2)
+    assert status == 200
+    assert len(threads) == 2 and threading.main_thread() not in threads
