@@ -8,9 +8,8 @@ import time
 import tracemalloc
 from dataclasses import replace
 
-from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.controller import Controller
-from adaptivespec.engine.telemetry import StepTelemetry
+from adaptivespec.engine.telemetry import StepTelemetry, survival_counts
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

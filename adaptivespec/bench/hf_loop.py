@@ -11,12 +11,11 @@ import time
 
 import numpy as np
 
-from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem
 from adaptivespec.engine.sampling import SamplingParams
-from adaptivespec.engine.telemetry import StepTelemetry
+from adaptivespec.engine.telemetry import decode_record
 from adaptivespec.sim.loop import PhaseResult, StepSink
 from adaptivespec.sim.workload import Phase
 
@@ -61,7 +60,10 @@ class HFLoop:
             remaining -= emitted
             _account(result, out, emitted)
             if on_step is not None:
-                on_step(self._record(out, batch, float(lens.float().mean()), int(emitted.sum())))
+                context = float(lens.float().mean())
+                kept = max(int(emitted.sum()), 1)
+                keys = {"model_key": self.model_key, "hardware_key": self.hardware_key}
+                on_step(decode_record(out, **keys, batch_size=batch, context=context, emitted=kept))
             for row in np.flatnonzero(remaining <= 0).tolist():
                 began = time.perf_counter()
                 self.runner.prefill(row, [self._item(next_prompt)])
@@ -72,24 +74,6 @@ class HFLoop:
 
     def _item(self, index: int) -> PrefillItem:
         return PrefillItem(self.prompts[index % len(self.prompts)], GREEDY, 0)
-
-    def _record(self, out: DecodeOutput, batch: int, context: float, emitted: int) -> StepTelemetry:
-        return StepTelemetry(
-            model_key=self.model_key,
-            hardware_key=self.hardware_key,
-            batch_size=batch,
-            k=out.k,
-            mean_context_len=context,
-            drafted=sum(out.drafted),
-            accepted=sum(out.accepted),
-            emitted=max(emitted, 1),
-            draft_seconds=out.draft_seconds,
-            verify_seconds=out.verify_seconds,
-            step_seconds=out.step_seconds,
-            timestamp=time.time(),
-            width=out.width,
-            kept_at_least=survival_counts(out.accepted, out.width),
-        )
 
 
 def _account(result: PhaseResult, out: DecodeOutput, emitted: np.ndarray) -> None:

@@ -18,7 +18,6 @@ nothing counts as rows that kept no draft: the K the policy chose is what is bei
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import accumulate
 
 PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at batch 1 do not zero it
 
@@ -28,15 +27,6 @@ def expected_tokens(alpha: float, k: int) -> float:
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def survival_counts(accepted: list[int], k: int) -> tuple[int, ...]:
-    """Rows that kept at least j drafts, for j = 1..k (index j - 1), in O(rows + k)."""
-    histogram = [0] * (k + 1)
-    for a in accepted:
-        histogram[min(a, k)] += 1
-    at_least = list(accumulate(reversed(histogram)))[::-1]  # at_least[j] = rows with >= j
-    return tuple(at_least[1:])
 
 
 @dataclass(slots=True)

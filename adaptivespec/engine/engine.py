@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from concurrent.futures import ThreadPoolExecutor
@@ -19,14 +18,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from adaptivespec.config import EngineConfig
-from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.intake import Intake
-from adaptivespec.engine.runner import DecodeOutput, PrefillItem, Runner
+from adaptivespec.engine.runner import PrefillItem, Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import RowMoves, Scheduler
 from adaptivespec.engine.sequence import Sequence, SequenceStats, TokenEvent
-from adaptivespec.engine.telemetry import StepTelemetry, TelemetryBus
+from adaptivespec.engine.telemetry import TelemetryBus, decode_record
 from adaptivespec.engine.tokenizer import Tokenizer
 from adaptivespec.errors import EngineStoppedError
 
@@ -111,10 +109,7 @@ class Engine:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        self.scheduler.drain_waiting(reason)
-        for sequence in self.scheduler.running:
-            sequence.fail(reason)
-        self.scheduler.running.clear()
+        self._end_all(reason)
         if self._executor is not None and self._owns_executor:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -192,13 +187,14 @@ class Engine:
             self.failure = (
                 f"the engine stopped after an internal error ({type(exc).__name__}); restart the service"
             )
-            self._fail_everything(self.failure)
+            self._end_all("error", self.failure)
 
-    def _fail_everything(self, error: str) -> None:
+    def _end_all(self, reason: str, error: str | None = None) -> None:
+        """Ends every running and waiting request with `reason`."""
         for sequence in self.scheduler.running:
-            sequence.fail("error", error)
+            sequence.fail(reason, error)
         self.scheduler.running.clear()
-        self.scheduler.drain_waiting("error", error)
+        self.scheduler.drain_waiting(reason, error)
 
     async def step(self) -> None:
         """One iteration: newcomers are admitted and prefilled, then the batch decodes one step.
@@ -256,31 +252,16 @@ class Engine:
             if not sequence.finished:
                 kept += sequence.add_tokens(tokens, self.runner.eos_token_ids)
         self.totals.generation_tokens += kept
-        self.telemetry.publish(self._record(out, len(batch), context, kept))
+        keys = {"model_key": self.runner.model_key, "hardware_key": self.runner.hardware_key}
+        self.telemetry.publish(
+            decode_record(out, **keys, batch_size=len(batch), context=context, emitted=kept)
+        )
 
     async def _move(self, moves: RowMoves) -> None:
         """Applies the scheduler's row moves to the KV cache. Not contained: if this fails, which
         row holds which request is unknown, so the loop stops."""
         if moves.srcs:
             await self._compute(self.runner.move_rows, moves.srcs, moves.dsts)
-
-    def _record(self, out: DecodeOutput, batch_size: int, context: float, emitted: int) -> StepTelemetry:
-        return StepTelemetry(
-            model_key=self.runner.model_key,
-            hardware_key=self.runner.hardware_key,
-            batch_size=batch_size,
-            k=out.k,
-            mean_context_len=context,
-            drafted=sum(out.drafted),
-            accepted=sum(out.accepted),
-            emitted=emitted,  # tokens the requests kept; none past a stop condition
-            draft_seconds=out.draft_seconds,
-            verify_seconds=out.verify_seconds,
-            step_seconds=out.step_seconds,
-            timestamp=time.time(),
-            width=out.width,
-            kept_at_least=survival_counts(out.accepted, out.width),
-        )
 
     async def _compute(self, fn: Callable[..., T], *args: object) -> T:
         if self._executor is None:

@@ -27,13 +27,17 @@ class Intake:
         """Token ids of a text prompt; text too long to fit is refused by its length, untokenized."""
         if not prompt:
             raise InvalidRequestError("prompt is empty; send at least one character", "prompt")
-        if len(prompt) > self.max_prompt_chars:
-            raise InvalidRequestError(
-                f"prompt has {len(prompt)} characters, more than a context of {self.max_context} "
-                "tokens can hold; shorten the prompt",
-                "prompt",
-            )
+        self.check_characters(len(prompt), "prompt")
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
+
+    def check_characters(self, characters: int, param: str) -> None:
+        """Refuses text that cannot fit the context, by its length alone (chat messages too)."""
+        if characters > self.max_prompt_chars:
+            raise InvalidRequestError(
+                f"{param} has {characters} characters, more than a context of {self.max_context} "
+                f"tokens can hold; shorten the {param}",
+                param,
+            )
 
     def sequence(self, prompt: str | Seq[int], params: SamplingParams) -> Sequence:
         """A validated request, ready to queue."""

@@ -7,7 +7,11 @@ and counts the drop, so a stalled controller costs telemetry, not throughput.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
+from itertools import accumulate
+
+from adaptivespec.engine.runner import DecodeOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,37 @@ class StepTelemetry:
     timestamp: float  # time.time() at the end of the step
     width: int  # drafts verified per row (0 = a plain step); below k when the drafter found fewer
     kept_at_least: tuple[int, ...]  # [j - 1]: rows that kept >= j drafts, j = 1..width
+
+
+def decode_record(
+    out: DecodeOutput, *, model_key: str, hardware_key: str, batch_size: int, context: float, emitted: int
+) -> StepTelemetry:
+    """The record of one decode step; `emitted` is what the requests kept (none past a stop)."""
+    return StepTelemetry(
+        model_key=model_key,
+        hardware_key=hardware_key,
+        batch_size=batch_size,
+        k=out.k,
+        mean_context_len=context,
+        drafted=sum(out.drafted),
+        accepted=sum(out.accepted),
+        emitted=emitted,
+        draft_seconds=out.draft_seconds,
+        verify_seconds=out.verify_seconds,
+        step_seconds=out.step_seconds,
+        timestamp=time.time(),
+        width=out.width,
+        kept_at_least=survival_counts(out.accepted, out.width),
+    )
+
+
+def survival_counts(accepted: list[int], k: int) -> tuple[int, ...]:
+    """Rows that kept at least j drafts, for j = 1..k (index j - 1), in O(rows + k)."""
+    histogram = [0] * (k + 1)
+    for a in accepted:
+        histogram[min(a, k)] += 1
+    at_least = list(accumulate(reversed(histogram)))[::-1]  # at_least[j] = rows with >= j
+    return tuple(at_least[1:])
 
 
 class Subscription:

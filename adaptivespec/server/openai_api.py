@@ -42,14 +42,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise ApiError(
             400, "this model's tokenizer has no chat template; use /v1/completions", param="messages"
         )
-    characters = sum(len(m["content"]) for m in messages)
-    if characters > services.engine.intake.max_prompt_chars:
-        raise ApiError(
-            400,
-            f"messages have {characters} characters, more than the context of "
-            f"{services.engine.config.max_context} tokens can hold; shorten them",
-            param="messages",
-        )
+    try:
+        services.engine.intake.check_characters(sum(len(m["content"]) for m in messages), "messages")
+    except InvalidRequestError as exc:
+        raise ApiError(400, str(exc), param=exc.param) from exc
     prompt = await asyncio.to_thread(render_chat, services.tokenizer, messages)  # off the event loop
     return await _serve(request, protocol.chat_request(body, prompt))
 

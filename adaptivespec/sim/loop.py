@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adaptivespec.controller.acceptance import survival_counts
 from adaptivespec.controller.policy import SpecPolicy
-from adaptivespec.engine.telemetry import StepTelemetry
+from adaptivespec.engine.telemetry import StepTelemetry, survival_counts
 from adaptivespec.sim.costmodel import StepCostModel
 from adaptivespec.sim.workload import Phase, Workload
 

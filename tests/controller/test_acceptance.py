@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adaptivespec.controller.acceptance import AcceptanceEstimator, AcceptanceRates, survival_counts
+from adaptivespec.controller.acceptance import AcceptanceEstimator, AcceptanceRates
+from adaptivespec.engine.telemetry import survival_counts
 
 
 def _true_tokens(first: float, continuation: float, k: int) -> float:

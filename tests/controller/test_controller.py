@@ -91,7 +91,9 @@ def test_freeze_stops_learning_and_reset_forgets() -> None:
     operator.freeze(controller, True)
     table = controller.live.snapshot.table
     for _ in range(50):
-        controller.ingest(_record(k=controller.live.k_for(8, 300), emitted=8, accepted=0))
+        k = controller.live.k_for(8, 300)
+        controller.ingest(_record(k=k, width=0, kept_at_least=(), drafted=0, accepted=0, emitted=8))
+    assert controller.rejected == 0  # the records were taken, and still nothing was learned
     assert controller.live.snapshot.table == table
     operator.freeze(controller, False)
     operator.reset(controller)
