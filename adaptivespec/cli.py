@@ -77,6 +77,12 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state directory)")
+    serve.add_argument(
+        "--fleet",
+        choices=("auto", "on", "off"),
+        help="pool learning with the database's other hosts (auto: on for PostgreSQL)",
+    )
+    serve.add_argument("--host-id", help="this host's name in the fleet (default: the machine's host name)")
     serve.add_argument("--backend", choices=("hf", "sim"))
     serve.add_argument("--target", help=_TARGET_HELP)
     serve.add_argument("--draft", help=_DRAFT_HELP)
@@ -175,6 +181,8 @@ def _serve(args: argparse.Namespace) -> int:
             "host",
             "port",
             "db",
+            "fleet",
+            "host_id",
             "backend",
             "target",
             "draft",
@@ -207,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             store_commands.run_thresholds(args)
         elif args.command == "db":
             store_commands.run_db(args)
+        elif args.command == "fleet":
+            store_commands.run_fleet(args)
         elif args.command == "serve":
             return _serve(args)
     except (AdaptiveSpecError, ValueError) as exc:

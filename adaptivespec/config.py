@@ -86,6 +86,7 @@ class EngineConfig:
 
 
 _BACKENDS = ("hf", "sim")
+_FLEET_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,9 @@ class ServeConfig:
     drain_timeout: float = 30.0
     max_body_bytes: int = 1 << 20
     flush_seconds: float = 2.0
+    fleet: str = "auto"  # pool with the other hosts of the database: on, off, auto (= on PostgreSQL)
+    host_id: str | None = None  # this host's name in the fleet; None = the machine's host name
+    fleet_refresh_seconds: float = 5.0  # how often the other hosts' totals are read and folded in
     sse_keepalive_seconds: float = 15.0  # a comment line on a stream that has been quiet this long
     served_model_name: str | None = None
     sim_hardware: str = "h100-sxm"
@@ -115,6 +119,12 @@ class ServeConfig:
         _require(self.drain_timeout >= 0, "drain_timeout must be >= 0 seconds")
         _require(self.max_body_bytes >= 1024, "max_body_bytes must be >= 1024")
         _require(self.flush_seconds > 0, "flush_seconds must be > 0")
+        _require(self.fleet in _FLEET_MODES, f"fleet must be one of {_FLEET_MODES}, got {self.fleet!r}")
+        _require(self.fleet_refresh_seconds > 0, "fleet_refresh_seconds must be > 0")
+        _require(
+            self.host_id is None or 0 < len(self.host_id) <= 256,
+            "host_id must be 1 to 256 characters (it keys this host's rows in the fleet tables)",
+        )
         _require(self.sse_keepalive_seconds > 0, "sse_keepalive_seconds must be > 0")
         if self.admin_token == "":  # the shipped env file's `ADAPTIVESPEC_ADMIN_TOKEN=` means none
             object.__setattr__(self, "admin_token", None)
@@ -122,6 +132,10 @@ class ServeConfig:
             self.admin_token is None or len(self.admin_token) >= 16,
             "admin_token must be at least 16 characters (generate one with: openssl rand -hex 32)",
         )
+
+    def pools_with_fleet(self, dialect: str) -> bool:
+        """A fleet shares one PostgreSQL; a SQLite file is one host's, unless told otherwise."""
+        return self.fleet == "on" or (self.fleet == "auto" and dialect == "postgresql")
 
     @property
     def admin_host_names(self) -> frozenset[str]:

@@ -6,6 +6,8 @@ agree only partly: enough to exercise both acceptance and rejection.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import DemoRecipe, ModelSize, train_pair
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.model_sources import SMOLLM2, ensure_packaged_model
+from tests import postgres
 
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
@@ -79,3 +82,37 @@ def default_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("model-cache")
     ensure_packaged_model(SMOLLM2, root=root, progress=False)
     return root
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server URL: CI's (ADAPTIVESPEC_TEST_POSTGRES_URL) or a cluster of this run."""
+    given = os.environ.get(postgres.URL_VARIABLE)
+    if given:
+        yield given
+        return
+    cluster = postgres.Cluster()
+    try:
+        yield cluster.url()
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database on the shared server, dropped afterwards."""
+    url, name = postgres.create_database(postgres_server)
+    try:
+        yield url
+    finally:
+        postgres.drop_database(postgres_server, name)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[postgres.Cluster]:
+    """A cluster of this test's own, for tests that stop and restart the server."""
+    cluster = postgres.Cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.remove()

@@ -38,6 +38,9 @@ def test_the_example_config_is_valid() -> None:
         ("", {"ADAPTIVESPEC_PORT": "eighty"}, "expected int"),
         ('backend = "tpu"\n', {}, "backend must be one of"),
         ('admin_token = "short"\n', {}, "at least 16 characters"),
+        ('fleet = "maybe"\n', {}, "fleet must be one of"),
+        ("fleet_refresh_seconds = 0\n", {}, "fleet_refresh_seconds must be > 0"),
+        ('host_id = ""\n', {}, "host_id must be 1 to 256 characters"),
     ],
 )
 def test_bad_settings_name_the_problem(tmp_path: Path, text: str, env: dict[str, str], message: str) -> None:
@@ -59,3 +62,11 @@ def test_allowed_hosts_come_as_a_comma_list() -> None:
     config = load(None, {"ADAPTIVESPEC_ALLOWED_HOSTS": "gpu-7.internal, api.example.com"}, {})
     assert config.allowed_hosts == ("gpu-7.internal", "api.example.com")
     assert {"gpu-7.internal", "localhost", "127.0.0.1"} <= config.admin_host_names
+
+
+def test_a_fleet_pools_on_postgresql_unless_told_otherwise() -> None:
+    auto = load(None, {}, {})
+    assert auto.pools_with_fleet("postgresql") and not auto.pools_with_fleet("sqlite")
+    on = load(None, {"ADAPTIVESPEC_FLEET": "on", "ADAPTIVESPEC_HOST_ID": "gpu-7"}, {})
+    assert on.pools_with_fleet("sqlite") and on.host_id == "gpu-7"
+    assert not load(None, {}, {"fleet": "off"}).pools_with_fleet("postgresql")

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from adaptivespec.bench import calibrate, control, controller, engine, serve
+from adaptivespec.bench import calibrate, control, controller, engine, fleet, serve
 from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
 from adaptivespec.config import DEMO_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
@@ -50,6 +50,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     accept.add_argument("--prompt-len", type=int, default=64)
     accept.add_argument("--steps", type=int, default=64)
     control.register(kinds)
+    fleet.register(kinds)
     calibrate.register(kinds)
     controller.register(kinds)
     serve.register(kinds)
@@ -65,6 +66,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run(args: argparse.Namespace) -> None:
     commands: dict[str, Callable[[argparse.Namespace], object]] = {
         "control": control.run,
+        "fleet": fleet.run,
         "calibrate": calibrate.run,
         "controller": controller.run,
         "serve": serve.run,

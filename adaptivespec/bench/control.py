@@ -19,7 +19,6 @@ from adaptivespec.bench.interleaved import measure
 from adaptivespec.bench.oracle import (
     ORACLE_ARMS,
     Learner,
-    LoadLoop,
     PolicyReport,
     baseline_policies,
     crossover,
@@ -92,7 +91,8 @@ def _workload(args: argparse.Namespace) -> Workload:
     )
 
 
-def _sim(args: argparse.Namespace) -> tuple[LoadLoop, Workload, dict[str, Any], str]:
+def sim_scenario(args: argparse.Namespace) -> tuple[SimLoop, Workload, dict[str, Any], str]:
+    """The simulator scenario the flags describe (`bench control` and `bench fleet` share them)."""
     if args.target is None or args.draft is None:
         raise ConfigError("--backend sim needs --target and --draft (presets or FILE.json)")
     hardware = specs.hardware(args.hardware, args.hardware_spec)
@@ -170,7 +170,7 @@ def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.backend == "hf":
         return _run_hf(args)
-    loop, workload, scenario, title = _sim(args)
+    loop, workload, scenario, title = sim_scenario(args)
     policies = baseline_policies()
     store = Store(args.db) if args.db else None
     warm = store is not None and store.load(loop.model_key, loop.hardware_key) is not None

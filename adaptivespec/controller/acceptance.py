@@ -17,6 +17,7 @@ nothing counts as rows that kept no draft: the K the policy chose is what is bei
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at batch 1 do not zero it
@@ -52,6 +53,9 @@ class AcceptanceEstimator:
             [_Position() for _ in range(positions + 1)] for _ in range(contexts)
         ]  # index 0 unused
         self._tokens: list[list[float] | None] = [None] * contexts  # expected tokens by K, cached
+        self._pooled: list[list[_Position]] = [
+            [_Position() for _ in range(positions + 1)] for _ in range(contexts)
+        ]  # other hosts' rows (see controller.fleet), beside this host's own
 
     def observe(self, ctx: int, k: int, rows: int, kept_at_least: tuple[int, ...]) -> None:
         """One step that chose K for `rows` rows; `kept_at_least[j - 1]` rows kept >= j drafts."""
@@ -75,22 +79,36 @@ class AcceptanceEstimator:
 
     def _expected_by_k(self, ctx: int) -> list[float]:
         rates = self.rates(ctx)
-        curve = self._curve[ctx]
         expected, survival = [1.0], 1.0
         for j in range(1, self.positions + 1):
             prior = rates.first if j == 1 else rates.continuation
-            survival *= (curve[j].kept + PRIOR_ROWS * prior) / (curve[j].at_risk + PRIOR_ROWS)
+            kept, at_risk = self._counts(ctx, j)
+            survival *= (kept + PRIOR_ROWS * prior) / (at_risk + PRIOR_ROWS)
             expected.append(expected[-1] + survival)
         return expected
 
     def rates(self, ctx: int) -> AcceptanceRates:
         """The first-draft and the pooled continuation rate, each shrunk towards its prior."""
-        prior, curve = self._prior[ctx], self._curve[ctx]
-        first = (curve[1].kept + PRIOR_ROWS * prior.first) / (curve[1].at_risk + PRIOR_ROWS)
-        kept = sum(p.kept for p in curve[2:])
-        at_risk = sum(p.at_risk for p in curve[2:])
+        prior = self._prior[ctx]
+        first_kept, first_at_risk = self._counts(ctx, 1)
+        first = (first_kept + PRIOR_ROWS * prior.first) / (first_at_risk + PRIOR_ROWS)
+        later = [self._counts(ctx, j) for j in range(2, self.positions + 1)]
+        kept = sum(c[0] for c in later)
+        at_risk = sum(c[1] for c in later)
         continuation = (kept + PRIOR_ROWS * prior.continuation) / (at_risk + PRIOR_ROWS)
         return AcceptanceRates(first, continuation)
+
+    def _counts(self, ctx: int, j: int) -> tuple[float, float]:
+        own, pooled = self._curve[ctx][j], self._pooled[ctx][j]
+        return own.kept + pooled.kept, own.at_risk + pooled.at_risk
+
+    def pool(self, positions: Mapping[tuple[int, int], tuple[float, float]]) -> None:
+        """Replaces the other hosts' (kept, at risk) rows per (context bucket, position)."""
+        for ctx, curve in enumerate(self._pooled):
+            for j in range(1, self.positions + 1):
+                kept, at_risk = positions.get((ctx, j), (0.0, 0.0))
+                curve[j] = _Position(kept, at_risk)
+            self._tokens[ctx] = None
 
     def rows(self, ctx: int) -> float:
         return self._curve[ctx][1].at_risk

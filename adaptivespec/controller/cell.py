@@ -79,7 +79,9 @@ class Cell:
     settings: LearningSettings
     make_bandit: Callable[[], ArmPolicy]
     rewards: dict[int, EWStat] = field(default_factory=dict)  # observed tokens/row/s over `scale`
-    seconds: dict[int, EWStat] = field(default_factory=dict)  # step seconds
+    seconds: dict[int, EWStat] = field(default_factory=dict)  # step seconds, measured here
+    fleet: dict[int, EWStat] = field(default_factory=dict)  # step seconds other hosts measured
+    fleet_hosts: int = 0  # other hosts behind `fleet`
     corrections: dict[int, EWStat] = field(default_factory=dict)  # observed / expected goodput
     scale: float = 0.0  # tokens/row/s of the first measurement: makes rewards ~1
     decided: int = -1
@@ -92,6 +94,30 @@ class Cell:
     _dwell_left: int = 0
     _upper: dict[int, float] = field(default_factory=dict)  # optimistic bounds at the last refresh
     ruled_out: frozenset[int] = frozenset()  # arms dominated by a smaller K, here or at a smaller batch
+    _times: dict[int, EWStat] | None = None  # `seconds` and `fleet` merged, until either changes
+
+    @property
+    def informed(self) -> bool:
+        """Measured here, or by other hosts of the fleet."""
+        return self.samples > 0 or bool(self.fleet)
+
+    def times(self) -> dict[int, EWStat]:
+        """Step seconds per K: this host's, beside the fleet's (each weighing at most one window)."""
+        if self._times is None:
+            window = self.settings.effective_samples
+            arms = self.seconds.keys() | self.fleet.keys()
+            self._times = {k: _merged(self.seconds.get(k), self.fleet.get(k), window) for k in arms}
+        return self._times
+
+    def set_fleet(self, seconds: dict[int, EWStat], hosts: int) -> None:
+        self.fleet, self.fleet_hosts, self._times = seconds, hosts, None
+
+    def adopt(self, acceptance: Acceptance) -> None:
+        """Decides from the fleet's measurements alone, before this host runs the cell."""
+        predicted = self.predictions(acceptance)
+        if predicted:
+            self._decide(predicted)
+            self.running = self.decided
 
     def observe(self, k: int, tokens_per_row: float, step_seconds: float, acceptance: Acceptance) -> None:
         if self.scale <= 0.0:
@@ -100,6 +126,7 @@ class Cell:
         expected = acceptance(k) / step_seconds / self.scale
         self.rewards.setdefault(k, EWStat(self.settings.fading)).update(observed)
         self.seconds.setdefault(k, EWStat(self.settings.fading)).update(step_seconds)
+        self._times = None
         self.corrections.setdefault(k, EWStat(self.settings.correction_fading)).update(observed / expected)
         self.samples += 1
         if self._bandit is not None and k in self.candidates:
@@ -124,7 +151,7 @@ class Cell:
     ) -> dict[int, float]:
         """An upper bound on the reward of every arm: measured arms at their mean plus Z errors."""
         predicted = self.predictions(acceptance) if predicted is None else predicted
-        costs = OptimisticCosts(self.seconds, floor)
+        costs = OptimisticCosts(self.times(), floor)
         unmeasured = {k for k in self.settings.arms if k not in predicted}
         priced = self._priced(acceptance, lambda times, k: costs.seconds(k) if k in unmeasured else None)
         priced.update(predicted)
@@ -135,7 +162,7 @@ class Cell:
 
     def _relative_error(self, k: int) -> float:
         """Standard error of a measured arm's mean step time, relative to it (the floor when unmeasured)."""
-        stat = self.seconds.get(k)
+        stat = self.times().get(k)
         if stat is None or stat.count < 2 or stat.mean <= 0:
             return MIN_RELATIVE_ERROR
         samples = min(float(stat.count), self.settings.effective_samples)
@@ -145,8 +172,9 @@ class Cell:
         self, acceptance: Acceptance, seconds_of: Callable[[dict[int, EWStat], int], float | None]
     ) -> dict[int, float]:
         priced = {}
+        times = self.times()
         for k in self.settings.arms:
-            seconds = seconds_of(self.seconds, k)
+            seconds = seconds_of(times, k)
             if seconds is not None:
                 priced[k] = acceptance(k) / seconds / self.scale * self.correction(k)
         return priced
@@ -157,7 +185,7 @@ class Cell:
         `around` tells what smaller batch buckets imply; it is asked only when the candidates
         are re-pruned, not on every step.
         """
-        if not self.samples:
+        if not self.informed:
             return self.running
         tokens = {k: acceptance(k) for k in self.settings.arms}  # once per step, for every pricing
         predicted = self.predictions(tokens.__getitem__)
@@ -233,18 +261,32 @@ class Cell:
     def confidence(self, predicted: dict[int, float]) -> float:
         """How sure the decision is: P(decided beats the runner-up), normal approximation."""
         others = [k for k in predicted if k != self.decided]
-        decided = self.seconds.get(self.decided)
+        times = self.times()
+        decided = times.get(self.decided)
         if decided is None or not decided.count:
             return 0.0
         if not others:
             return 1.0
         runner_up = max(others, key=lambda k: predicted.get(k, 0.0))
         gap = predicted.get(self.decided, 0.0) - predicted.get(runner_up, 0.0)
-        measured = self.seconds.get(runner_up)
+        measured = times.get(runner_up)
         relative = [1 / sqrt(s.count) for s in (decided, measured) if s is not None and s.count]
         unmeasured = 0 if measured else 1
         spread = 0.05 * predicted.get(self.decided, 1.0) * sqrt(sum(r * r for r in relative) + unmeasured)
         return 0.5 * (1 + erf(gap / (spread * sqrt(2)))) if spread > 0 else 1.0
+
+
+def _merged(own: EWStat | None, pooled: EWStat | None, window: float) -> EWStat:
+    """One mean and variance from two: each side weighs its count, at most `window`."""
+    if own is None or not own.count:
+        return pooled if pooled is not None else EWStat()
+    if pooled is None or not pooled.count:
+        return own
+    w_own, w_pooled = min(own.count, window), min(pooled.count, window)
+    total = w_own + w_pooled
+    mean = (w_own * own.mean + w_pooled * pooled.mean) / total
+    spread = w_own * (own.var + (own.mean - mean) ** 2) + w_pooled * (pooled.var + (pooled.mean - mean) ** 2)
+    return EWStat(own.fading, mean, spread / total, own.count + pooled.count)
 
 
 def initial_k(arms: Sequence[int], acceptance: Acceptance, slope: float) -> int:

@@ -26,6 +26,7 @@ from adaptivespec.controller.buckets import (
     crossover,
 )
 from adaptivespec.controller.cell import Cell, LearningSettings, initial_k
+from adaptivespec.controller.fleet import Tally
 from adaptivespec.controller.neighbours import CellKey, nearest_decision, neighbourhood
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.publication import publish_after_change, publish_cell
@@ -59,8 +60,10 @@ class CellDecision:
     ctx_bucket: int
     batch_bucket: int
     k: int
-    samples: int
+    samples: int  # steps this host measured
     confidence: float
+    fleet_samples: int = 0  # steps other hosts measured (and this host before its restart)
+    hosts: int = 1  # hosts whose steps stand behind the decision
 
 
 class Controller:
@@ -76,6 +79,7 @@ class Controller:
         self.history: deque[DecisionChange] = deque(maxlen=self.config.history_limit)
         self.dirty: set[CellKey] = set()  # cells whose statistics changed since the last save
         self.cells: dict[CellKey, Cell] = {}
+        self.tally: Tally | None = None  # this host's totals for the fleet, when it pools with one
         self.acceptance = self._new_acceptance()
         self.start_k = initial_k(self.config.settings.arms, self.acceptance_of(0), INITIAL_SLOPE)
         self.live = LivePolicy(PolicySnapshot.uniform(self.start_k))
@@ -93,8 +97,12 @@ class Controller:
         cell = self.cell(key)
         acceptance = self.acceptance_of(key[0])
         if record.k in self.config.settings.arms:  # credited to the K chosen, whatever the drafter found
-            cell.observe(record.k, record.emitted / record.batch_size, record.step_seconds, acceptance)
+            tokens_per_row = record.emitted / record.batch_size
+            cell.observe(record.k, tokens_per_row, record.step_seconds, acceptance)
             self.dirty.add(key)
+            if self.tally is not None:
+                arm, rows = (key[0], key[1], record.k), record.batch_size
+                self.tally.record(arm, tokens_per_row, record.step_seconds, rows, record.kept_at_least)
         decided_before = cell.decided
         cell.next_k(acceptance, lambda: neighbourhood(self.cells, key))
         if cell.decided != decided_before:
@@ -147,10 +155,13 @@ class Controller:
         """The visited cells' decisions, with how sure each is."""
         out = []
         for (ctx, batch), cell in sorted(self.cells.items()):
-            if cell.samples == 0 or not cell.candidates:
+            if not (cell.samples and cell.candidates) and not cell.fleet:
                 continue
             predicted = cell.predictions(self.acceptance_of(ctx))
-            out.append(CellDecision(ctx, batch, cell.decided, cell.samples, cell.confidence(predicted)))
+            pooled = sum(s.count for s in cell.fleet.values())
+            hosts = (1 if cell.samples else 0) + cell.fleet_hosts
+            confidence = cell.confidence(predicted)
+            out.append(CellDecision(ctx, batch, cell.decided, cell.samples, confidence, pooled, hosts))
         return out
 
     def thresholds(self) -> dict[int, int | None]:

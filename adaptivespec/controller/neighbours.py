@@ -26,7 +26,7 @@ def nearest_decision(cells: Cells, key: CellKey) -> int | None:
             for distance in range(len(BATCH_BUCKETS)):
                 for b in _around(batch, distance, len(BATCH_BUCKETS)):
                     cell = cells.get((c, b))
-                    if cell is not None and cell.samples and (c, b) != key:
+                    if cell is not None and cell.informed and (c, b) != key:
                         return cell.decided
     return None
 
@@ -54,7 +54,7 @@ def smaller_neighbour(cells: Cells, key: CellKey) -> CellKey | None:
     ctx, batch = key
     for smaller in range(batch - 1, 0, -1):
         cell = cells.get((ctx, smaller))
-        if cell is not None and cell.samples:
+        if cell is not None and cell.informed:
             return ctx, smaller
     return None
 
@@ -65,4 +65,4 @@ def cost_floor(cells: Cells, key: CellKey, smaller: CellKey) -> CostFloor:
     One hop only: what lies further down already reached that bucket through its own
     pruning (`ruled_out`), and walking the whole chain on every re-prune cost 50 us a step.
     """
-    return relative_cost_floor(cells[key].seconds, cells[smaller].seconds)
+    return relative_cost_floor(cells[key].times(), cells[smaller].times())

@@ -80,12 +80,19 @@ def _cell_state(controller: Controller, key: CellKey, confidence: float) -> Cell
     return CellState(key[0], key[1], cell.decided, cell.samples, confidence, cell.scale, tuple(arms))
 
 
-def restore(controller: Controller, state: ControllerState) -> None:
-    """Loads learned state and publishes it before the first step: a warm restart does not re-explore."""
+def restore(controller: Controller, state: ControllerState, statistics: bool = True) -> None:
+    """Loads learned state and publishes it before the first step: a warm restart does not re-explore.
+
+    `statistics=False` is for a host that pools with a fleet: the shared cell rows hold the
+    statistics of whichever host wrote last, while the fleet's totals hold every host's steps,
+    so only the decisions are taken here (the fleet's evidence then moves them, with hysteresis).
+    """
     fading = controller.config.settings.fading
     for saved in state.cells:
         cell = controller.cell((saved.ctx_bucket, saved.batch_bucket))
         cell.decided = cell.running = saved.decided
+        if not statistics:
+            continue
         cell.samples, cell.scale = saved.samples, saved.reward_scale
         for arm in saved.arms:
             cell.rewards[arm.k] = EWStat(fading, arm.reward_mean, arm.reward_var, arm.reward_count)

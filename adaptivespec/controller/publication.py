@@ -21,7 +21,7 @@ from adaptivespec.controller.overrides import effective_k
 if TYPE_CHECKING:
     from adaptivespec.controller.controller import Controller
 
-Source = Literal["measured", "borrowed", "prior", "override"]
+Source = Literal["measured", "fleet", "borrowed", "prior", "override"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ def publish_cell(controller: Controller, key: CellKey) -> None:
 def publish_after_change(controller: Controller, ctx: int) -> None:
     """After a decision changed in row `ctx`: that row and every row without a visited cell,
     since their unvisited cells may borrow the new decision."""
-    visited_rows = {c for (c, _), cell in controller.cells.items() if cell.samples}
+    visited_rows = {c for (c, _), cell in controller.cells.items() if cell.informed}
     for row in range(len(CONTEXT_BUCKETS)):
         if row == ctx or row not in visited_rows:
             _publish_row(controller, row)
@@ -70,15 +70,15 @@ def _publish_row(controller: Controller, ctx: int) -> None:
 def decided_k(controller: Controller, key: CellKey) -> tuple[int, Source]:
     """A cell's own decision, its borrowed one, or the prior, before overrides."""
     cell = controller.cells.get(key)
-    if cell is not None and cell.samples:
-        return cell.decided, "measured"
+    if cell is not None and cell.informed:
+        return cell.decided, "measured" if cell.samples else "fleet"
     borrowed = nearest_decision(controller.cells, key)
     return (controller.start_k, "prior") if borrowed is None else (borrowed, "borrowed")
 
 
 def _running(controller: Controller, key: CellKey) -> int:
     cell = controller.cells.get(key)
-    if cell is None or not cell.samples or controller.frozen:
+    if cell is None or not cell.informed or controller.frozen:
         return decided_k(controller, key)[0]
     return cell.running
 
@@ -87,7 +87,7 @@ def _best_on(controller: Controller, key: CellKey) -> int:
     """The best measured K > 0 of a cell, for "force on"; only asked for when that override applies."""
     fallback = max((k for k in controller.config.settings.arms if k > 0), default=0)
     cell = controller.cells.get(key)
-    if cell is None or not cell.samples:
+    if cell is None or not cell.informed:
         return fallback
     predicted = cell.predictions(controller.acceptance_of(key[0]))
     return max((k for k in predicted if k > 0), key=predicted.__getitem__, default=fallback)

@@ -104,6 +104,8 @@ def _threshold_rows(controller: Controller, max_context: int) -> list[dict[str, 
                 "source_by_bucket": {},
                 "exploring": {},
                 "samples": 0,
+                "fleet_samples": 0,
+                "hosts_by_bucket": {},
                 "confidence": None,
                 "policy_version": controller.version,
             },
@@ -116,6 +118,8 @@ def _threshold_rows(controller: Controller, max_context: int) -> list[dict[str, 
         decision = measured.get((cell.ctx_bucket, cell.batch_bucket))
         if decision is not None:
             row["samples"] += decision.samples
+            row["fleet_samples"] += decision.fleet_samples
+            row["hosts_by_bucket"][label] = decision.hosts
             row["confidence"] = min(row["confidence"] or 1.0, decision.confidence)
     return [rows[ctx] for ctx in sorted(rows)]
 

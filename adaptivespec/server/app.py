@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -20,6 +22,7 @@ from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.runner import Runner
 from adaptivespec.engine.tokenizer import ByteTokenizer, Tokenizer
 from adaptivespec.server import admin, openai_api
+from adaptivespec.server.fleet_sync import FleetSync
 from adaptivespec.server.metrics import Metrics
 from adaptivespec.server.protocol import ApiError, error_body
 from adaptivespec.server.state import (
@@ -37,6 +40,7 @@ from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
 from adaptivespec.sim.runner import SimRunner
 from adaptivespec.sim.workload import Workload
+from adaptivespec.store.fleet import FleetRepository
 from adaptivespec.store.repository import Store
 
 log = logging.getLogger(__name__)
@@ -100,15 +104,11 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
     loaded = await asyncio.get_running_loop().run_in_executor(compute, _load, config)
     runner, tokenizer = loaded.runner, loaded.tokenizer
     store = Store(config.db)
-    learning = LearningSettings().capped(runner.max_spec_tokens)
-    controller = Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=learning))
-    saved = store.load(runner.model_key, runner.hardware_key)
-    if saved is not None:
-        persistence.restore(controller, saved)  # applied before the first step
+    controller, fleet = await _learner(config, runner, store)
     engine = Engine(runner, tokenizer, controller.live, config.engine, compute=compute)
     name = config.served_model_name or loaded.name
     aliases = frozenset(a.lower() for a in {name, loaded.name, *loaded.aliases})
-    app[SERVICES] = Services(engine, tokenizer, controller, store, name, aliases, loaded.chat)
+    app[SERVICES] = Services(engine, tokenizer, controller, store, name, aliases, loaded.chat, fleet)
     lock = asyncio.Lock()
 
     async def flush() -> None:
@@ -129,6 +129,8 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
         asyncio.create_task(_periodic(flush, config.flush_seconds), name="store-flush"),
         asyncio.create_task(app[NOTIFIER].watchdog(lambda: engine.healthy), name="watchdog"),
     ]
+    if fleet is not None:
+        tasks.append(asyncio.create_task(fleet.run(), name="fleet-sync"))
     app[LIFECYCLE].ready = True
     log.info("serving %s on %s", name, runner.hardware_key)
     try:
@@ -141,17 +143,51 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
         await engine.stop("abort")
         with contextlib.suppress(Exception):
             await flush()
+        if fleet is not None:
+            with contextlib.suppress(Exception):
+                await fleet.flush()
         store.close()
         compute.shutdown(wait=True)
 
 
+async def _learner(config: ServeConfig, runner: Runner, store: Store) -> tuple[Controller, FleetSync | None]:
+    """The controller, with what the store (and the fleet, when pooling) learned before."""
+    pooling = config.pools_with_fleet(store.engine.dialect.name)
+    host_id = config.host_id or socket.gethostname()
+    learning = LearningSettings().capped(runner.max_spec_tokens)
+    # Hosts of a fleet explore in different orders, so that what they pool is not the same steps.
+    seed = zlib.crc32(host_id.encode()) if pooling else 0
+    controller = Controller(
+        runner.model_key, runner.hardware_key, ControllerConfig(settings=learning, seed=seed)
+    )
+    saved = store.load(runner.model_key, runner.hardware_key)
+    if saved is not None:
+        persistence.restore(controller, saved, statistics=not pooling)  # applied before the first step
+    if not pooling:
+        return controller, None
+    repository = FleetRepository(store.engine)
+    fleet = FleetSync(controller, repository, host_id, config.flush_seconds, config.fleet_refresh_seconds)
+    await fleet.start()
+    log.info("pooling with %d other hosts as %r", fleet.status.hosts, host_id)
+    return controller, fleet
+
+
 async def _periodic(flush: Callable[[], Awaitable[None]], seconds: float) -> None:
+    failing = False
     while True:
         await asyncio.sleep(seconds)
         try:
             await flush()
-        except Exception:  # the next flush retries; serving goes on
-            log.exception("writing controller state failed")
+        except Exception as exc:  # the next flush retries; serving goes on
+            if not failing:  # once per outage, not every few seconds
+                log.exception("writing controller state failed; retrying every %.0f s", seconds)
+            else:
+                log.debug("writing controller state failed again: %s", exc)
+            failing = True
+        else:
+            if failing:
+                log.warning("writing controller state works again")
+            failing = False
 
 
 @web.middleware
@@ -194,10 +230,14 @@ async def health(request: web.Request) -> web.Response:
     if not engine.healthy:
         error = engine.failure or "the engine loop is not running"
         return web.json_response({"status": "failed", "error": error}, status=503)
-    return web.json_response({"status": "ok"})
+    fleet = request.app[SERVICES].fleet
+    if fleet is None:
+        return web.json_response({"status": "ok"})
+    return web.json_response({"status": "ok", "fleet": fleet.status.as_json()})
 
 
 async def metrics(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
-    body = request.app[METRICS].render(services.engine, services.controller)
+    fleet = services.fleet.status if services.fleet is not None else None
+    body = request.app[METRICS].render(services.engine, services.controller, fleet)
     return web.Response(body=body, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})

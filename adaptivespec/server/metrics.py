@@ -6,6 +6,7 @@ The registry belongs to the app (no global state). Gauges that describe the pres
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -15,6 +16,7 @@ from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.publication import published_cells
 from adaptivespec.engine.engine import Engine, EngineTotals
 from adaptivespec.engine.telemetry import StepTelemetry, Subscription
+from adaptivespec.server.fleet_sync import FleetStatus
 
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
 
@@ -62,6 +64,30 @@ class Metrics:
             "adaptivespec:telemetry_dropped", "Telemetry records dropped.", registry=r
         )
 
+        self.fleet_db_up = Gauge(
+            "adaptivespec:fleet_db_up",
+            "1 while the fleet database answers, 0 while the daemon serves on its last view of it.",
+            registry=r,
+        )
+        self.fleet_hosts = Gauge(
+            "adaptivespec:fleet_hosts", "Other hosts of this model and hardware pooling.", registry=r
+        )
+        self.fleet_pooled_steps = Gauge(
+            "adaptivespec:fleet_pooled_steps",
+            "Steps the other hosts measured, as of the last refresh.",
+            registry=r,
+        )
+        self.fleet_refresh_seconds = Gauge(
+            "adaptivespec:fleet_refresh_seconds", "How long the last fleet refresh took.", registry=r
+        )
+        self.fleet_flush_age = Gauge(
+            "adaptivespec:fleet_last_flush_age_seconds", "Seconds since this host last flushed.", registry=r
+        )
+        self.fleet_rows_written = Counter(
+            "adaptivespec:fleet_rows_written", "Rows this host upserted into the fleet tables.", registry=r
+        )
+        self._rows_counted = 0
+
     def observe(self, record: StepTelemetry) -> None:
         self.step_seconds.observe(record.step_seconds)
         if record.width > 0:
@@ -73,7 +99,7 @@ class Metrics:
         while True:
             self.observe(await subscription.get())
 
-    def render(self, engine: Engine, controller: Controller) -> bytes:
+    def render(self, engine: Engine, controller: Controller, fleet: FleetStatus | None = None) -> bytes:
         totals = engine.totals
         self.prompt_tokens.inc(totals.prompt_tokens - self._counted.prompt_tokens)
         self.generation_tokens.inc(totals.generation_tokens - self._counted.generation_tokens)
@@ -86,4 +112,16 @@ class Metrics:
             labels = (CONTEXT_BUCKETS[cell.ctx_bucket].label, BATCH_BUCKETS[cell.batch_bucket].label)
             self.k.labels(*labels).set(cell.decided)
             self.exploring.labels(*labels).set(int(cell.exploring))
+        if fleet is not None:
+            self._fleet(fleet)
         return generate_latest(self.registry)
+
+    def _fleet(self, status: FleetStatus) -> None:
+        self.fleet_db_up.set(int(status.state == "ok"))
+        self.fleet_hosts.set(status.hosts)
+        self.fleet_pooled_steps.set(status.pooled_steps)
+        self.fleet_refresh_seconds.set(status.refresh_seconds)
+        self.fleet_rows_written.inc(status.rows_written - self._rows_counted)
+        self._rows_counted = status.rows_written
+        if status.last_flush_at is not None:
+            self.fleet_flush_age.set(max(0.0, time.time() - status.last_flush_at))

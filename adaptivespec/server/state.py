@@ -11,6 +11,7 @@ from adaptivespec.config import ServeConfig
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.tokenizer import Tokenizer
+from adaptivespec.server.fleet_sync import FleetSync
 from adaptivespec.server.metrics import Metrics
 from adaptivespec.server.systemd import Notifier
 from adaptivespec.store.repository import Store
@@ -31,6 +32,7 @@ class Services:
     model_name: str
     model_aliases: frozenset[str]  # lower-cased names accepted as "model", model_name included
     chat_template: bool
+    fleet: FleetSync | None = None  # when this host pools with a fleet
 
 
 CONFIG = web.AppKey("config", ServeConfig)

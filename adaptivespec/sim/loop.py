@@ -14,7 +14,7 @@ The step math (roofline cost, acceptance) is the same that `SimRunner` gives the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,28 +80,46 @@ class SimLoop:
         policy: SpecPolicy,
         on_step: StepSink | None = None,
         progress: Callable[[int], None] | None = None,
+        order: Sequence[int] | None = None,
     ) -> list[PhaseResult]:
+        results: list[PhaseResult] = []
+        for _ in self.stepping(policy, results, on_step, progress, order):
+            pass
+        return results
+
+    def stepping(
+        self,
+        policy: SpecPolicy,
+        results: list[PhaseResult],
+        on_step: StepSink | None = None,
+        progress: Callable[[int], None] | None = None,
+        order: Sequence[int] | None = None,
+    ) -> Iterator[None]:
+        """Runs the schedule one step per `next()`, appending each phase's result as it starts,
+        so several loops can advance in lockstep (the fleet benchmark). `order` runs the phases
+        in another order; each keeps its own seeded streams, so phase i sees the same requests
+        and acceptance draws whatever its position."""
         acceptance = AcceptanceModel(self.workload)
         drift = sorted(self.workload.drift, key=lambda d: d.at_step)
-        results = []
         step = 0
-        for index, phase in enumerate(self.workload.load):
+        for index in order if order is not None else range(len(self.workload.load)):
+            phase = self.workload.load[index]
             streams = (
                 np.random.default_rng([self.seed, index, 0]),
                 np.random.default_rng([self.seed, index, 1]),
             )
             state = _Batch.steady(self.workload, acceptance, phase, streams)
             result = PhaseResult(phase.concurrency)
+            results.append(result)
             for _ in range(phase.steps):
                 while drift and drift[0].at_step <= step:
                     acceptance.mean = drift.pop(0).acceptance_mean
                     state.alpha = acceptance.draw(state.rng, phase.concurrency)
                 self._step(policy, state, result, on_step)
                 step += 1
-            results.append(result)
+                yield
             if progress is not None:
                 progress(phase.steps)
-        return results
 
     def _step(self, policy: SpecPolicy, state: _Batch, result: PhaseResult, on_step: StepSink | None) -> None:
         batch = state.context.size

@@ -1,13 +1,19 @@
-"""`adaptivespec thresholds` and `adaptivespec db upgrade|current`."""
+"""`adaptivespec thresholds [--export ...]`, `db upgrade|current` and `fleet status`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
+from pathlib import Path
 
+from adaptivespec.controller import exports
+from adaptivespec.controller.buckets import CONTEXT_BUCKETS, Bucket
+from adaptivespec.controller.exports import ExportError, KTable
 from adaptivespec.store.db import current_revision, default_url, make_engine, upgrade
-from adaptivespec.store.repository import Store
+from adaptivespec.store.fleet import FleetRepository
+from adaptivespec.store.repository import Store, ThresholdRow
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,17 +22,46 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     thresholds.add_argument("--db", default=None, help=f"SQLAlchemy URL (default {default_url()})")
     thresholds.add_argument("--json", action="store_true", help="a JSON list of objects")
+    thresholds.add_argument(
+        "--export", choices=exports.FORMATS, help="print the table in that engine's own config format"
+    )
+    thresholds.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        help="export the adaptive policy's table of a `bench control` JSON",
+    )
+    thresholds.add_argument(
+        "--ctx-bucket", help="the context bucket to export, e.g. 1-512 (default: the shortest)"
+    )
+    thresholds.add_argument(
+        "--with-context", action="store_true", help="vllm: the five-item form over every context bucket"
+    )
+    thresholds.add_argument("--model-key", help="export this model's table (when the database holds several)")
+    thresholds.add_argument(
+        "--hardware-key", help="export this hardware's table (when the database holds several)"
+    )
+    fleet = commands.add_parser("fleet", help="the hosts pooling in a database")
+    fleet.add_argument("action", choices=("status",))
+    fleet.add_argument("--db", default=None, help=f"SQLAlchemy URL (default {default_url()})")
+    fleet.add_argument("--json", action="store_true")
     db = commands.add_parser("db", help="database schema management")
     db.add_argument("action", choices=("upgrade", "current"))
     db.add_argument("--db", default=None, help=f"SQLAlchemy URL (default {default_url()})")
 
 
 def run_thresholds(args: argparse.Namespace) -> None:
+    if args.source is not None:
+        _export(args, [_table_of_report(args.source)])
+        return
     store = Store(args.db, migrate=False)  # it only reads: never migrates what a daemon owns
     try:
         rows = store.thresholds()
     finally:
         store.close()
+    if args.export is not None:
+        _export(args, _tables_of_rows(args, rows))
+        return
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return
@@ -51,3 +86,83 @@ def run_db(args: argparse.Namespace) -> None:
             print(f"schema at revision {current_revision(engine)}")
     finally:
         engine.dispose()
+
+
+def run_fleet(args: argparse.Namespace) -> None:
+    store = Store(args.db, migrate=False)
+    try:
+        hosts = FleetRepository(store.engine).hosts()
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([asdict(h) for h in hosts], indent=2))
+        return
+    if not hosts:
+        print("no host has flushed to this database (serve with --fleet on, or on PostgreSQL)")
+        return
+    print(f"{'host':<24} {'steps':>10}  {'last flush (UTC)':<26} model on hardware")
+    for h in hosts:
+        print(f"{h.host_id:<24} {h.steps:>10}  {h.last_flush_at[:26]:<26} {h.model_key} on {h.hardware_key}")
+    per_key: dict[tuple[str, str], list[int]] = {}
+    for h in hosts:
+        per_key.setdefault((h.model_key, h.hardware_key), []).append(h.steps)
+    for (model, hardware), steps in per_key.items():
+        hosts_word = "host" if len(steps) == 1 else "hosts"
+        print(f"{model} on {hardware}: {len(steps)} {hosts_word}, {sum(steps)} steps")
+
+
+def _table_of_report(path: Path) -> KTable:
+    try:
+        report = json.loads(path.read_text())
+        k_by_bucket = report["policies"]["adaptive"]["k_by_bucket"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ExportError(f"{path} is not a `bench control` JSON report ({exc})") from exc
+    whole = Bucket(1, CONTEXT_BUCKETS[-1].hi)  # the simulator has no context axis
+    return KTable.from_labels(whole, k_by_bucket)
+
+
+def _tables_of_rows(args: argparse.Namespace, rows: list[ThresholdRow]) -> list[KTable]:
+    chosen = [
+        r
+        for r in rows
+        if (args.model_key is None or r.model_key == args.model_key)
+        and (args.hardware_key is None or r.hardware_key == args.hardware_key)
+    ]
+    keys = sorted({(r.model_key, r.hardware_key) for r in chosen})
+    if not keys:
+        raise ExportError("nothing learned in this database for that model and hardware yet")
+    if len(keys) > 1:
+        listed = "; ".join(f"--model-key {m!r} --hardware-key {h!r}" for m, h in keys)
+        raise ExportError(f"the database holds several tables; pick one: {listed}")
+    return [KTable.from_labels(exports.context_bucket_named(r.ctx_bucket), r.k_by_bucket) for r in chosen]
+
+
+def _export(args: argparse.Namespace, tables: list[KTable]) -> None:
+    fmt = args.export or "vllm"
+    if args.with_context:
+        if fmt != "vllm":
+            raise ExportError("--with-context is the vLLM five-item form; use it with --export vllm")
+        print(json.dumps(exports.vllm_with_context(tables)))
+        return
+    table = _one_context(args, tables)
+    notes: list[str] = []
+    if fmt == "vllm":
+        config = exports.vllm(table)
+    elif fmt == "trtllm":
+        config, notes = exports.trtllm(table)
+    else:
+        config, notes = exports.sglang(table)
+    for note in notes:
+        print(f"adaptivespec: note: {note}", file=sys.stderr)
+    print(json.dumps(config))
+
+
+def _one_context(args: argparse.Namespace, tables: list[KTable]) -> KTable:
+    if args.ctx_bucket is None:
+        return min(tables, key=lambda t: t.ctx.lo)
+    wanted = exports.context_bucket_named(args.ctx_bucket)
+    for table in tables:
+        if table.ctx == wanted:
+            return table
+    have = ", ".join(t.ctx.label for t in tables)
+    raise ExportError(f"nothing learned for context bucket {args.ctx_bucket}; learned: {have}")

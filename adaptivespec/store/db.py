@@ -1,5 +1,9 @@
 """Database engines and migrations. SQLite by default; any SQLAlchemy URL works (PostgreSQL for fleets).
 
+A plain `postgresql://` URL uses psycopg (version 3, a dependency); PostgreSQL connections
+time out instead of hanging a flush when the server is gone, and are pinged before reuse, so a
+restarted server is picked up without restarting the daemon.
+
 SQLite runs in WAL mode with a busy timeout, so readers (the thresholds command, the admin
 API) never block the writer. synchronous=NORMAL is deliberate: in WAL mode it survives an
 application crash with every committed transaction intact; only a power loss can drop the
@@ -8,7 +12,10 @@ last commits, and those are learning statistics that re-accumulate within second
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +23,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import URL, make_url
 
 from adaptivespec.errors import AdaptiveSpecError
+
+CONNECT_TIMEOUT_SECONDS = 5
+STATEMENT_TIMEOUT_MS = 15_000
+MIGRATION_LOCK = 0x61647370  # pg_advisory_xact_lock key ("adsp"): one host migrates at a time
 
 
 class StoreError(AdaptiveSpecError):
@@ -40,17 +51,38 @@ def default_url() -> str:
 
 def make_engine(url: str | None = None, create: bool = True) -> Engine:
     """An engine for `url`; with `create=False` a SQLite file that does not exist is an error."""
-    url = url or default_url()
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = Path(parsed.database)
+    parsed = _with_driver(make_url(url or default_url()))
+    if parsed.get_backend_name() == "postgresql":
+        return create_engine(
+            parsed,
+            pool_pre_ping=True,
+            connect_args={
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            },
+        )
+    path = _sqlite_path(parsed)
+    if path is not None:
         if not create and not path.is_file():
             raise StoreError(f"no database at {path}; point --db at the daemon's database")
         path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, future=True)
+    engine = create_engine(parsed)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _with_driver(url: URL) -> URL:
+    """`postgresql://` and `postgres://` mean psycopg 3, the driver adaptivespec depends on."""
+    if url.drivername in ("postgresql", "postgres"):
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def _sqlite_path(url: URL) -> Path | None:
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
@@ -97,10 +129,33 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
             f"adaptivespec does not know (it knows up to {scripts.get_current_head()!r}); "
             "upgrade adaptivespec, or point --db at another database"
         )
-    with engine.begin() as connection:
+    with _migration_lock(engine), engine.begin() as connection:
+        _lock_postgresql(connection)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
     return current_revision(engine)
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """Two daemons starting at once on one SQLite file take turns (a lock file beside it)."""
+    path = _sqlite_path(engine.url)
+    if path is None:
+        yield
+        return
+    with open(path.with_name(path.name + ".migrate-lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _lock_postgresql(connection: Connection) -> None:
+    """Hosts starting at once on one PostgreSQL take turns: the lock ends with the transaction,
+    and the next host then finds the schema current."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
 
 
 def require_current(engine: Engine) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, Float, Integer, MetaData, String, UniqueConstraint, func
+from sqlalchemy import BigInteger, DateTime, Float, Integer, MetaData, String, UniqueConstraint, func
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -99,3 +99,49 @@ class OverrideRow(_Keyed, Base):
     ctx_bucket: Mapped[int | None] = mapped_column(Integer, nullable=True)
     batch_bucket: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class _HostKeyed(_Keyed):
+    host_id: Mapped[str] = mapped_column(String(256))
+
+
+class FleetHost(_HostKeyed, Base):
+    """One host serving one (model, hardware): when it started and last flushed, and its steps."""
+
+    __tablename__ = "fleet_hosts"
+    __table_args__ = (UniqueConstraint("host_id", "model_key", "hardware_key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    steps: Mapped[int] = mapped_column(BigInteger)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_flush_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class FleetArmTotal(_HostKeyed, Base):
+    """One host's cumulative totals for one K in one cell. Each host writes only its own rows,
+    and absolute totals, so a retried flush is idempotent and hosts never contend for a row."""
+
+    __tablename__ = "fleet_arm_totals"
+    __table_args__ = (
+        UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "batch_bucket", "k"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ctx_bucket: Mapped[int] = mapped_column(Integer)
+    batch_bucket: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[int] = mapped_column(BigInteger)
+    reward_sum: Mapped[float] = mapped_column(Float)  # tokens per row per second
+    reward_sq: Mapped[float] = mapped_column(Float)
+    seconds_sum: Mapped[float] = mapped_column(Float)  # step seconds
+    seconds_sq: Mapped[float] = mapped_column(Float)
+
+
+class FleetAcceptanceTotal(_HostKeyed, Base):
+    """One host's cumulative draft survival counts at one draft position in one context bucket."""
+
+    __tablename__ = "fleet_acceptance_totals"
+    __table_args__ = (UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "position"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ctx_bucket: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer)  # draft j, from 1
+    kept: Mapped[int] = mapped_column(BigInteger)  # rows that kept draft j
+    at_risk: Mapped[int] = mapped_column(BigInteger)  # rows that kept draft j - 1 in steps drafting j

@@ -5,11 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import cast
 
-from sqlalchemy import Engine, Table, UniqueConstraint, delete, func, select
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session
 
 from adaptivespec.controller.acceptance import AcceptanceRates
@@ -17,16 +14,16 @@ from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, cros
 from adaptivespec.controller.controller import DecisionChange
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
-from adaptivespec.store.db import StoreError, make_engine, require_current, upgrade
+from adaptivespec.store.db import make_engine, require_current, upgrade
 from adaptivespec.store.models import (
     AcceptanceStat,
     ArmStat,
-    Base,
     Decision,
     DecisionHistory,
     OverrideRow,
     PolicyState,
 )
+from adaptivespec.store.upsert import upsert
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +57,9 @@ class Store:
         """`migrate=False` opens for reading: it refuses a database that is not at the current
         schema instead of migrating it."""
         self.engine = engine or make_engine(url, create=migrate)
+        # The override set last read or written per (model, hardware): a flush rewrites it only
+        # when this process changed it, so hosts of a fleet do not erase each other's overrides.
+        self._overrides: dict[tuple[str, str], tuple[Override, ...]] = {}
         if migrate:
             upgrade(self.engine)
         else:
@@ -73,7 +73,7 @@ class Store:
             policy = session.scalar(_keyed(select(PolicyState), PolicyState, model_key, hardware_key))
             if policy is None:
                 return None
-            return ControllerState(
+            state = ControllerState(
                 model_key,
                 hardware_key,
                 policy.version,
@@ -94,6 +94,8 @@ class Store:
                     )
                 ),
             )
+        self._overrides[(model_key, hardware_key)] = state.overrides
+        return state
 
     @staticmethod
     def _cells(session: Session, model_key: str, hardware_key: str) -> tuple[CellState, ...]:
@@ -131,13 +133,13 @@ class Store:
         now = datetime.now(timezone.utc)
         with Session(self.engine) as session, session.begin():
             key = {"model_key": keys[0], "hardware_key": keys[1]}
-            _upsert(
+            upsert(
                 session,
                 PolicyState,
                 [key | {"version": state.version, "frozen": int(state.frozen), "updated_at": now}],
             )
-            _upsert(session, Decision, [key | _decision(cell, state.version, now) for cell in state.cells])
-            _upsert(
+            upsert(session, Decision, [key | _decision(cell, state.version, now) for cell in state.cells])
+            upsert(
                 session,
                 ArmStat,
                 [
@@ -146,7 +148,7 @@ class Store:
                     for arm in cell.arms
                 ],
             )
-            _upsert(
+            upsert(
                 session,
                 AcceptanceStat,
                 [
@@ -160,7 +162,9 @@ class Store:
                     for a in state.acceptance
                 ],
             )
-            session.execute(_keyed(delete(OverrideRow), OverrideRow, *keys))  # the set is replaced whole
+            overrides_changed = self._overrides.get(keys, ()) != state.overrides
+            if overrides_changed:  # the set is replaced whole
+                session.execute(_keyed(delete(OverrideRow), OverrideRow, *keys))
             session.add_all(
                 OverrideRow(
                     model_key=keys[0],
@@ -170,7 +174,7 @@ class Store:
                     ctx_bucket=o.ctx_bucket,
                     batch_bucket=o.batch_bucket,
                 )
-                for o in state.overrides
+                for o in (state.overrides if overrides_changed else ())
             )
             session.add_all(
                 DecisionHistory(
@@ -186,6 +190,7 @@ class Store:
                 )
                 for h in history
             )
+        self._overrides[keys] = state.overrides
 
     def thresholds(self) -> list[ThresholdRow]:
         with Session(self.engine) as session:
@@ -253,30 +258,6 @@ def _decision(cell: CellState, version: int, now: datetime) -> dict[str, object]
         "policy_version": version,
         "updated_at": now,
     }
-
-
-def _upsert(session: Session, table: type[Base], rows: list[dict[str, object]]) -> None:
-    """INSERT ... ON CONFLICT (the table's unique key) DO UPDATE: concurrent writers of one key
-    never collide on the constraint, and the last write of each row wins whole."""
-    if not rows:
-        return
-    constraints = cast(Table, table.__table__).constraints
-    unique = next(c for c in constraints if isinstance(c, UniqueConstraint))
-    key = [column.name for column in unique.columns]
-    updated = [name for name in rows[0] if name not in key]
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        lite = sqlite_insert(table).values(rows)
-        session.execute(
-            lite.on_conflict_do_update(index_elements=key, set_={n: lite.excluded[n] for n in updated})
-        )
-    elif dialect == "postgresql":
-        pg = postgresql_insert(table).values(rows)
-        session.execute(
-            pg.on_conflict_do_update(index_elements=key, set_={n: pg.excluded[n] for n in updated})
-        )
-    else:
-        raise StoreError(f"the store supports SQLite and PostgreSQL, not {dialect}")
 
 
 def _keyed(statement, table, model_key: str, hardware_key: str):  # type: ignore[no-untyped-def]

@@ -47,7 +47,7 @@ def test_migrations_from_empty_and_from_the_previous_revision(tmp_path: Path) ->
                 "confidence, policy_version) VALUES ('m', 'h', 1, 2, 3, 10, 0.5, 7)"
             )
         )
-    assert upgrade(engine) == "0003"
+    assert upgrade(engine) == "0004"
     with engine.connect() as connection:
         row = connection.execute(text("SELECT k, samples, reward_scale FROM decisions")).one()
         assert tuple(row) == (3, 10, 0.0)
@@ -105,7 +105,7 @@ def test_thresholds_command_reads_the_store(tmp_path: Path, capsys: pytest.Captu
     )
     assert {"confidence", "policy_version", "updated_at"} <= rows[0].keys()
     assert main(["db", "current", "--db", url]) == 0
-    assert "0003" in capsys.readouterr().out
+    assert "0004" in capsys.readouterr().out
 
 
 WRITER = textwrap.dedent(
@@ -153,7 +153,7 @@ def test_sigkill_mid_writes_keeps_every_committed_decision(tmp_path: Path) -> No
     with sqlite3.connect(tmp_path / "e.db") as raw:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     engine = make_engine(url)
-    assert current_revision(engine) == "0003"
+    assert current_revision(engine) == "0004"
     store = Store(url)
     saved = store.load("pair", "crash")
     assert saved is not None and saved.version >= committed[-1]
@@ -203,7 +203,7 @@ def test_a_percent_sign_in_the_url_reaches_the_database(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/50%off.db"
     Store(url).close()
     assert (tmp_path / "50%off.db").is_file()
-    assert current_revision(make_engine(url)) == "0003"
+    assert current_revision(make_engine(url)) == "0004"
 
 
 def test_concurrent_writers_of_one_key_never_collide(tmp_path: Path) -> None:
@@ -262,3 +262,22 @@ def test_history_is_per_model_and_hardware(tmp_path: Path) -> None:
     rows, total = store.history("pair", "sim:h100")
     assert total == 1 and [r.model_key for r in rows] == ["pair"]
     assert store.history("other", "sim:h100")[1] == 3
+
+
+def test_daemons_starting_at_once_on_one_sqlite_file_migrate_in_turn(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/shared.db"
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            Store(url).close()
+        except BaseException as exc:  # collected, so the assertion names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert current_revision(make_engine(url)) == "0004"

@@ -1,0 +1,276 @@
+"""`adaptivespec bench fleet`: N hosts' controllers learn together through one database.
+
+Each host runs the `bench control` simulator scenario with its own controller (its own bandit
+seed), a real tally, and real flushes and refreshes against the database, on its own virtual
+clock: the host whose clock is behind steps next, and it flushes every `--flush-seconds` and
+refreshes every `--refresh-seconds` of its clock, as a daemon would. Hosts run the schedule
+out of phase (host h starts 1/N of the way through it and wraps around), as hosts behind one
+load balancer sit at different load levels at any moment; `--stagger none` runs them in step.
+
+The lone host is the same controller without the database, over the same schedule order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from adaptivespec.bench.control import sim_scenario
+from adaptivespec.bench.learning_metrics import WINDOW, steps_to_match
+from adaptivespec.bench.oracle import ORACLE_ARMS, Oracle, oracle_from_sweep, ratio_to_oracle, summarise
+from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
+from adaptivespec.controller.controller import Controller, ControllerConfig
+from adaptivespec.controller.fleet import FleetTotals, Tally, fold
+from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.telemetry import StepTelemetry
+from adaptivespec.errors import ConfigError
+from adaptivespec.sim import specs
+from adaptivespec.sim.loop import PhaseResult, SimLoop
+from adaptivespec.store.fleet import FleetKey, FleetRepository
+from adaptivespec.store.repository import Store
+
+
+def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fleet = kinds.add_parser("fleet", help="N hosts learning through one database, against one alone")
+    fleet.add_argument("--hosts", type=int, default=4)
+    fleet.add_argument("--db", required=True, help="SQLAlchemy URL the hosts share")
+    where = fleet.add_mutually_exclusive_group()
+    where.add_argument("--hardware", help=f"preset: {', '.join(specs.HARDWARE_PRESETS)}")
+    where.add_argument("--hardware-spec", type=Path, help="JSON file with the HardwareSpec keys")
+    fleet.add_argument("--target", required=True, help=f"{', '.join(specs.MODEL_PRESETS)} or FILE.json")
+    fleet.add_argument("--draft", required=True, help="a preset or FILE.json")
+    load = fleet.add_mutually_exclusive_group()
+    load.add_argument("--acceptance", type=float, help="mean acceptance rate (default 0.7)")
+    load.add_argument("--workload", type=Path, help="workload JSON file")
+    fleet.add_argument("--steps-per-bucket", type=int, default=None, help="default 2000")
+    fleet.add_argument("--seed", type=int, default=0)
+    fleet.add_argument("--flush-seconds", type=float, default=2.0, help="virtual seconds between flushes")
+    fleet.add_argument("--refresh-seconds", type=float, default=5.0, help="virtual seconds between refreshes")
+    fleet.add_argument("--stagger", choices=("rotate", "none"), default="rotate")
+    fleet.add_argument(
+        "--window", type=int, default=WINDOW, help=f"steps of rolling goodput (default {WINDOW})"
+    )
+    fleet.add_argument("--json", type=Path, default=None)
+
+
+@dataclass(slots=True)
+class _Host:
+    index: int
+    controller: Controller
+    order: list[int]
+    results: list[PhaseResult] = field(default_factory=list)
+    clock: float = 0.0  # virtual seconds of decode steps
+    next_flush: float = 0.0
+    next_refresh: float = 0.0
+    key: FleetKey | None = None
+    own_before: FleetTotals = field(default_factory=FleetTotals)
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+@dataclass(slots=True)
+class _Database:
+    """What the hosts' flushes and refreshes cost, in wall time, and how many rows they wrote."""
+
+    flush_ms: list[float] = field(default_factory=list)
+    refresh_ms: list[float] = field(default_factory=list)
+    rows: int = 0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.hosts < 1:
+        raise ConfigError("--hosts must be >= 1")
+    if args.window < 1:
+        raise ConfigError("--window must be >= 1 step")
+    if args.flush_seconds <= 0 or args.refresh_seconds <= 0:
+        raise ConfigError("--flush-seconds and --refresh-seconds must be > 0")
+    loop, workload, scenario, _ = sim_scenario(args)
+    phases = len(workload.load)
+    orders = [_order(h, args.hosts, phases, args.stagger) for h in range(args.hosts)]
+    total = len(ORACLE_ARMS) * workload.total_steps + 2 * args.hosts * workload.total_steps
+    with tqdm(total=total, desc="bench fleet", unit="step", file=sys.stderr) as bar:
+        sweep = {k: loop.run(FixedK(k), progress=bar.update) for k in ORACLE_ARMS}
+        oracle = oracle_from_sweep(sweep)
+        targets = _targets(sweep, oracle, loop)
+        lone = [_lone(loop, h, orders[h], bar) for h in range(args.hosts)]
+        run_key = f"{loop.model_key} (bench fleet {uuid.uuid4().hex[:8]})"
+        store = Store(args.db)
+        try:
+            args.orders = orders
+            fleet, database, seconds = _fleet(loop, args, run_key, FleetRepository(store.engine), bar)
+        finally:
+            store.close()
+    report = {
+        "hosts": args.hosts,
+        "scenario": scenario,
+        "run_key": run_key,
+        "stagger": args.stagger,
+        "flush_seconds": args.flush_seconds,
+        "refresh_seconds": args.refresh_seconds,
+        "window": args.window,
+        **_learning(lone, fleet, targets, oracle, args.window),
+        **_database_costs(database, seconds),
+    }
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+    _print(report)
+    return report
+
+
+def _learning(
+    lone: list[_Host], fleet: list[_Host], targets: list[np.ndarray], oracle: Oracle, window: int
+) -> dict[str, Any]:
+    lone_steps = [_steps_to_95(h.results, h.order, targets, window) for h in lone]
+    fleet_steps = [_steps_to_95(h.results, h.order, targets, window) for h in fleet]
+    fleet_ratios = [ratio_to_oracle(summarise(h.results), oracle) for h in fleet]
+    return {
+        "lone": {
+            "steps_to_095": lone_steps[0],
+            "ratio_to_oracle": ratio_to_oracle(summarise(lone[0].results), oracle),
+        },
+        "lone_per_host": {"steps_to_095": lone_steps},
+        "fleet": {
+            "steps_to_095_per_host": fleet_steps,
+            "ratio_to_oracle": float(np.mean(fleet_ratios)),
+            "ratio_per_host": fleet_ratios,
+        },
+        "holds": all(f <= 0.5 * lone_steps[0] for f in fleet_steps),
+    }
+
+
+def _database_costs(database: _Database, seconds: float) -> dict[str, Any]:
+    refresh = database.refresh_ms or [0.0]
+    return {
+        "db_writes_per_s": len(database.flush_ms) / seconds,
+        "db_rows_per_s": database.rows / seconds,
+        "flush_latency_ms": _latency(database.flush_ms),
+        "refresh_latency_ms": float(np.mean(refresh)),
+        "refresh_latency_p99_ms": float(np.percentile(refresh, 99)),
+    }
+
+
+def _order(host: int, hosts: int, phases: int, stagger: str) -> list[int]:
+    offset = round(host * phases / hosts) if stagger == "rotate" else 0
+    return [(i + offset) % phases for i in range(phases)]
+
+
+def _targets(sweep: dict[int, list[PhaseResult]], oracle: Oracle, loop: SimLoop) -> list[np.ndarray]:
+    """The oracle's per-step goodput in each phase, which `bench control` measures learners against."""
+    targets = []
+    for index, phase in enumerate(loop.workload.load):
+        label = BATCH_BUCKETS[batch_bucket(phase.concurrency)].label
+        targets.append(np.asarray(sweep[oracle.k_by_bucket[label]][index].goodput_trace))
+    return targets
+
+
+def _steps_to_95(
+    results: list[PhaseResult], order: list[int], targets: list[np.ndarray], window: int
+) -> float:
+    """Summed over phases: steps until the rolling goodput first reaches its target."""
+    return float(
+        sum(
+            steps_to_match(np.asarray(r.goodput_trace), targets[index], window=window)
+            for r, index in zip(results, order, strict=True)
+        )
+    )
+
+
+def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> _Host:
+    host = _Host(index, Controller(loop.model_key, loop.hardware_key, ControllerConfig(seed=index)), order)
+    host.results = loop.run(host.controller.live, _clocked(host), bar.update, order)
+    return host
+
+
+def _fleet(
+    loop: SimLoop, args: argparse.Namespace, run_key: str, repository: FleetRepository, bar: tqdm[Any]
+) -> tuple[list[_Host], _Database, float]:
+    database = _Database()
+    hosts = []
+    for h, order in enumerate(args.orders):
+        controller = Controller(run_key, loop.hardware_key, ControllerConfig(seed=h))
+        host = _Host(h, controller, order, key=FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
+        host.own_before = repository.own(_key(host))
+        controller.tally = Tally(host.own_before)
+        hosts.append(host)
+    steppers = {
+        h.index: loop.stepping(h.controller.live, h.results, _clocked(h), None, h.order) for h in hosts
+    }
+    queue = [(0.0, h.index) for h in hosts]
+    while queue:
+        _, index = heapq.heappop(queue)
+        host = hosts[index]
+        if next(steppers[index], StopIteration) is StopIteration:
+            continue
+        bar.update(1)
+        _sync(host, repository, database, args)
+        heapq.heappush(queue, (host.clock, index))
+    for host in hosts:  # the last totals, as a daemon's shutdown flush writes them
+        _flush(host, repository, database)
+    return hosts, database, max(h.clock for h in hosts)
+
+
+def _clocked(host: _Host) -> Callable[[StepTelemetry], None]:
+    def on_step(record: StepTelemetry) -> None:
+        host.clock += record.step_seconds
+        host.controller.ingest(record)
+
+    return on_step
+
+
+def _key(host: _Host) -> FleetKey:
+    if host.key is None:
+        raise ValueError("a fleet host needs a key")
+    return host.key
+
+
+def _sync(host: _Host, repository: FleetRepository, database: _Database, args: argparse.Namespace) -> None:
+    if host.clock >= host.next_flush:
+        _flush(host, repository, database)
+        host.next_flush = host.clock + args.flush_seconds
+    if host.clock >= host.next_refresh:
+        began = time.perf_counter()
+        fold(host.controller, repository.pooled(_key(host)), host.own_before)
+        database.refresh_ms.append((time.perf_counter() - began) * 1000)
+        host.next_refresh = host.clock + args.refresh_seconds
+
+
+def _flush(host: _Host, repository: FleetRepository, database: _Database) -> None:
+    tally = host.controller.tally
+    if tally is None:
+        return
+    began = time.perf_counter()
+    database.rows += repository.flush(_key(host), tally.take_changes(), tally.steps, host.started_at)
+    database.flush_ms.append((time.perf_counter() - began) * 1000)
+
+
+def _latency(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {"mean": 0.0, "p99": 0.0}
+    return {"mean": float(np.mean(samples)), "p99": float(np.percentile(samples, 99))}
+
+
+def _print(report: dict[str, Any]) -> None:
+    lone, fleet = report["lone"], report["fleet"]
+    steps = ", ".join(f"{s:.0f}" for s in fleet["steps_to_095_per_host"])
+    flush = report["flush_latency_ms"]
+    print(f"{report['hosts']} hosts ({report['stagger']}), run key {report['run_key']!r}")
+    print(f"lone host: steps to 0.95 {lone['steps_to_095']:.0f}, ratio {lone['ratio_to_oracle']:.3f}")
+    print(f"fleet: steps to 0.95 per host [{steps}], ratio {fleet['ratio_to_oracle']:.3f}")
+    print(f"each host in at most half the lone host's steps: {report['holds']}")
+    writes, rows = report["db_writes_per_s"], report["db_rows_per_s"]
+    print(f"database, per virtual second: {writes:.2f} flushes, {rows:.1f} rows")
+    print(
+        f"flush {flush['mean']:.2f} ms (p99 {flush['p99']:.2f}), "
+        f"refresh {report['refresh_latency_ms']:.2f} ms (p99 {report['refresh_latency_p99_ms']:.2f})"
+    )

@@ -1,0 +1,189 @@
+"""Fleet evidence: what this host measured, as totals other hosts can add up, and what they measured.
+
+Hosts pool sufficient statistics, not decisions: per (cell, K) the step count and the sums and
+squares of goodput and step seconds; per (context bucket, draft position) the rows that kept a
+draft and the rows at risk of losing it. Sums add across hosts exactly, so the pooled view is
+one GROUP BY and a retried flush of absolute totals is idempotent.
+
+What a host folds in is everyone else's totals plus its own from before this start (which the
+live cells no longer hold); the live cells keep only what this process measured. So nothing is
+counted twice, however often the view is refreshed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from adaptivespec.controller.publication import republish
+from adaptivespec.controller.stats import EWStat
+
+if TYPE_CHECKING:
+    from adaptivespec.controller.controller import Controller
+
+ArmKey = tuple[int, int, int]  # (context bucket, batch bucket, K)
+PositionKey = tuple[int, int]  # (context bucket, draft position from 1)
+# Pooled rows weigh at most this many local rows' worth per position: the local estimate
+# forgets (it follows workload drift) and a fleet's cumulative millions would freeze it.
+MAX_POOLED_ROWS = 2000.0
+
+
+@dataclass(slots=True)
+class ArmTotals:
+    steps: int = 0
+    reward_sum: float = 0.0  # tokens per row per second
+    reward_sq: float = 0.0
+    seconds_sum: float = 0.0  # step seconds
+    seconds_sq: float = 0.0
+
+    def add(self, reward: float, seconds: float) -> None:
+        self.steps += 1
+        self.reward_sum += reward
+        self.reward_sq += reward * reward
+        self.seconds_sum += seconds
+        self.seconds_sq += seconds * seconds
+
+    def plus(self, other: ArmTotals) -> ArmTotals:
+        return ArmTotals(
+            self.steps + other.steps,
+            self.reward_sum + other.reward_sum,
+            self.reward_sq + other.reward_sq,
+            self.seconds_sum + other.seconds_sum,
+            self.seconds_sq + other.seconds_sq,
+        )
+
+    def seconds(self) -> EWStat:
+        """Mean and variance of the step seconds, as the cells keep them."""
+        mean = self.seconds_sum / self.steps
+        return EWStat(mean=mean, var=max(0.0, self.seconds_sq / self.steps - mean * mean), count=self.steps)
+
+    @property
+    def reward_mean(self) -> float:
+        return self.reward_sum / self.steps
+
+
+@dataclass(slots=True)
+class PositionTotals:
+    kept: int = 0
+    at_risk: int = 0
+
+    def plus(self, other: PositionTotals) -> PositionTotals:
+        return PositionTotals(self.kept + other.kept, self.at_risk + other.at_risk)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTotals:
+    """Totals of one host, or summed over hosts. Read-only by convention once built."""
+
+    arms: Mapping[ArmKey, ArmTotals] = field(default_factory=dict)
+    acceptance: Mapping[PositionKey, PositionTotals] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return sum(a.steps for a in self.arms.values())
+
+    def plus(self, other: FleetTotals) -> FleetTotals:
+        arms = dict(self.arms)
+        for key, totals in other.arms.items():
+            arms[key] = arms[key].plus(totals) if key in arms else totals
+        acceptance = dict(self.acceptance)
+        for pos, counts in other.acceptance.items():
+            acceptance[pos] = acceptance[pos].plus(counts) if pos in acceptance else counts
+        return FleetTotals(arms, acceptance)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """What the other hosts of this (model, hardware) measured, as of one refresh."""
+
+    totals: FleetTotals
+    hosts: int  # other hosts with any evidence
+    hosts_by_cell: Mapping[tuple[int, int], int]  # other hosts with evidence in each cell
+
+
+class Tally:
+    """This host's cumulative totals under its host id, over all its lives (its earlier lives'
+    totals are the baseline it reads back at start), and which of them changed since a flush."""
+
+    def __init__(self, baseline: FleetTotals | None = None) -> None:
+        self.baseline = baseline or FleetTotals()
+        self._arms: dict[ArmKey, ArmTotals] = {}  # this life only
+        self._acceptance: dict[PositionKey, PositionTotals] = {}
+        self._changed_arms: set[ArmKey] = set()
+        self._changed_positions: set[PositionKey] = set()
+
+    def record(
+        self, key: ArmKey, tokens_per_row: float, seconds: float, rows: int, kept_at_least: tuple[int, ...]
+    ) -> None:
+        """One step at K = key[2] over `rows` rows; `kept_at_least[j - 1]` rows kept >= j drafts."""
+        self._arms.setdefault(key, ArmTotals()).add(tokens_per_row / seconds, seconds)
+        self._changed_arms.add(key)
+        previous = rows
+        for j in range(1, key[2] + 1):
+            kept = kept_at_least[j - 1] if j <= len(kept_at_least) else 0
+            counts = self._acceptance.setdefault((key[0], j), PositionTotals())
+            counts.kept += kept
+            counts.at_risk += previous
+            self._changed_positions.add((key[0], j))
+            previous = kept
+
+    @property
+    def steps(self) -> int:
+        """Steps of this life."""
+        return sum(a.steps for a in self._arms.values())
+
+    def take_changes(self) -> FleetTotals:
+        """The absolute totals (all lives) of every row that changed since the last flush; they
+        count as flushed until `give_back`. Absolute, so a flush retried after it did commit
+        writes the same numbers again: nothing is counted twice."""
+        arms = {key: self._absolute_arm(key) for key in self._changed_arms}
+        positions = {pos: self._absolute_position(pos) for pos in self._changed_positions}
+        self._changed_arms, self._changed_positions = set(), set()
+        return FleetTotals(arms, positions)
+
+    def give_back(self, changes: FleetTotals) -> None:
+        """After a failed flush: those rows are written again by the next one (with newer totals)."""
+        self._changed_arms |= changes.arms.keys()
+        self._changed_positions |= changes.acceptance.keys()
+
+    def _absolute_arm(self, key: ArmKey) -> ArmTotals:
+        mine = self._arms[key]
+        before = self.baseline.arms.get(key)
+        return mine.plus(before) if before is not None else mine.plus(ArmTotals())
+
+    def _absolute_position(self, pos: PositionKey) -> PositionTotals:
+        mine = self._acceptance[pos]
+        before = self.baseline.acceptance.get(pos)
+        return mine.plus(before) if before is not None else mine.plus(PositionTotals())
+
+
+def fold(controller: Controller, view: FleetView, own_before: FleetTotals) -> None:
+    """Puts what other hosts (and this host's earlier lives) measured beside the cells' own
+    measurements, then publishes: a cell only the fleet visited decides from the fleet's data."""
+    evidence = view.totals.plus(own_before)
+    by_cell: dict[tuple[int, int], dict[int, ArmTotals]] = {}
+    for (ctx, batch, k), totals in evidence.arms.items():
+        if k in controller.config.settings.arms and totals.steps > 0:
+            by_cell.setdefault((ctx, batch), {})[k] = totals
+    for key, arms in by_cell.items():
+        cell = controller.cell(key)
+        cell.set_fleet({k: t.seconds() for k, t in arms.items()}, view.hosts_by_cell.get(key, 0))
+        if cell.scale <= 0.0:
+            busiest = max(arms.values(), key=lambda t: t.steps)
+            cell.scale = busiest.reward_mean
+    controller.acceptance.pool(_positions(evidence.acceptance))
+    for key in by_cell:
+        cell = controller.cells[key]
+        if not cell.samples:
+            cell.adopt(controller.acceptance_of(key[0]))
+    republish(controller)
+
+
+def _positions(acceptance: Mapping[PositionKey, PositionTotals]) -> dict[PositionKey, tuple[float, float]]:
+    """(kept, at risk) per position, scaled down where the fleet has more than MAX_POOLED_ROWS."""
+    out = {}
+    for pos, counts in acceptance.items():
+        scale = min(1.0, MAX_POOLED_ROWS / counts.at_risk) if counts.at_risk else 1.0
+        out[pos] = (counts.kept * scale, counts.at_risk * scale)
+    return out

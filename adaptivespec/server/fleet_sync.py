@@ -1,0 +1,146 @@
+"""The daemon's side of fleet pooling: flush this host's totals, refresh and fold everyone else's.
+
+The database may go away at any time. Serving never waits on it: the controller keeps the last
+folded view and keeps counting into its tally; failed flushes give their rows back and are
+retried with exponential backoff (what is written is absolute, so a retry of a flush that did
+commit counts nothing twice); when the database answers again, one flush catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Literal
+
+from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.fleet import FleetTotals, Tally, fold
+from adaptivespec.store.fleet import FleetKey, FleetRepository
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 60.0
+DatabaseState = Literal["ok", "unreachable"]
+
+
+@dataclass(slots=True)
+class FleetStatus:
+    """What /health and /metrics report about the fleet database."""
+
+    state: DatabaseState = "ok"
+    hosts: int = 0  # other hosts of this (model, hardware) with evidence
+    pooled_steps: int = 0  # their steps, summed
+    last_flush_at: float | None = None  # wall clock
+    last_refresh_at: float | None = None
+    refresh_seconds: float = 0.0  # how long the last refresh took (query and fold)
+    failures: int = 0  # consecutive
+    error: str | None = None
+    flushes: int = 0
+    rows_written: int = 0
+    since: float = field(default_factory=time.time)  # when `state` last changed
+
+    def as_json(self) -> dict[str, object]:
+        now = time.time()
+
+        def age(at: float | None) -> float | None:
+            return None if at is None else round(now - at, 1)
+
+        return {
+            "state": self.state,
+            "since_s": round(now - self.since, 1),
+            "hosts": self.hosts,
+            "pooled_steps": self.pooled_steps,
+            "last_flush_age_s": age(self.last_flush_at),
+            "last_refresh_age_s": age(self.last_refresh_at),
+            "consecutive_failures": self.failures,
+            "error": self.error,
+        }
+
+
+class FleetSync:
+    def __init__(
+        self,
+        controller: Controller,
+        repository: FleetRepository,
+        host_id: str,
+        flush_seconds: float,
+        refresh_seconds: float,
+    ) -> None:
+        self.controller = controller
+        self.repository = repository
+        self.key = FleetKey(host_id, controller.model_key, controller.hardware_key)
+        self.flush_seconds = flush_seconds
+        self.refresh_seconds = refresh_seconds
+        self.status = FleetStatus()
+        self.started_at = datetime.now(timezone.utc)
+        self._own_before = FleetTotals()
+
+    async def start(self) -> None:
+        """Reads what this host id flushed before, then folds in the fleet's view before the
+        first step, so a new host starts from what the others learned."""
+        self._own_before = await asyncio.to_thread(self.repository.own, self.key)
+        self.controller.tally = Tally(self._own_before)
+        await self.refresh()
+
+    async def run(self) -> None:
+        """Flushes every `flush_seconds` and refreshes every `refresh_seconds`, until cancelled."""
+        while True:
+            await asyncio.sleep(self._delay())
+            try:
+                await self.flush()
+                if self._refresh_due():
+                    await self.refresh()
+                self._succeeded()
+            except Exception as exc:  # the database is away: serve on, retry later
+                self._failed(exc)
+
+    async def flush(self) -> None:
+        tally = self.controller.tally
+        if tally is None:
+            return
+        changes = tally.take_changes()
+        steps = self._own_before.steps + tally.steps
+        try:
+            rows = await asyncio.to_thread(self.repository.flush, self.key, changes, steps, self.started_at)
+        except BaseException:
+            tally.give_back(changes)
+            raise
+        self.status.flushes += 1
+        self.status.rows_written += rows
+        self.status.last_flush_at = time.time()
+
+    async def refresh(self) -> None:
+        began = time.perf_counter()
+        view = await asyncio.to_thread(self.repository.pooled, self.key)
+        fold(self.controller, view, self._own_before)
+        self.status.refresh_seconds = time.perf_counter() - began
+        self.status.last_refresh_at = time.time()
+        self.status.hosts = view.hosts
+        self.status.pooled_steps = view.totals.steps
+
+    def _refresh_due(self) -> bool:
+        last = self.status.last_refresh_at
+        return last is None or time.time() - last >= self.refresh_seconds
+
+    def _delay(self) -> float:
+        if not self.status.failures:
+            return self.flush_seconds
+        return min(MAX_BACKOFF_SECONDS, self.flush_seconds * 2.0 ** min(self.status.failures, 16))
+
+    def _succeeded(self) -> None:
+        if self.status.state != "ok":
+            log.warning("fleet database reachable again after %d failures; caught up", self.status.failures)
+            self.status.state, self.status.since = "ok", time.time()
+        self.status.failures, self.status.error = 0, None
+
+    def _failed(self, exc: Exception) -> None:
+        self.status.failures += 1
+        self.status.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        if self.status.state != "unreachable":
+            self.status.state, self.status.since = "unreachable", time.time()
+            log.warning(
+                "fleet database unreachable (%s); serving on the last view, retrying with backoff",
+                self.status.error,
+            )

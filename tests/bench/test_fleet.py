@@ -1,0 +1,38 @@
+"""`bench fleet` on a real PostgreSQL: its shape and that every host's steps reached the database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptivespec.cli import main
+from adaptivespec.store.fleet import FleetRepository
+from adaptivespec.store.repository import Store
+
+
+def test_bench_fleet_report_shape(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fleet.json"
+    args = ["bench", "fleet", "--hosts", "3", "--db", postgres_url, "--hardware", "l4"]
+    args += ["--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--steps-per-bucket", "40"]
+    assert main([*args, "--refresh-seconds", "0.5", "--window", "10", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["hosts"] == 3 and report["window"] == 10
+    assert set(report["lone"]) == {"steps_to_095", "ratio_to_oracle"}
+    fleet = report["fleet"]
+    assert len(fleet["steps_to_095_per_host"]) == 3 == len(report["lone_per_host"]["steps_to_095"])
+    assert all(0 <= steps <= 14 * 40 for steps in fleet["steps_to_095_per_host"])
+    assert 0.5 < fleet["ratio_to_oracle"] <= 1.05 and 0.5 < report["lone"]["ratio_to_oracle"] <= 1.05
+    assert report["db_writes_per_s"] > 0 and report["db_rows_per_s"] >= report["db_writes_per_s"]
+    assert report["refresh_latency_ms"] > 0 and report["flush_latency_ms"]["p99"] > 0
+    assert isinstance(report["holds"], bool)
+    assert "each host in at most half" in capsys.readouterr().out
+
+    store = Store(postgres_url, migrate=False)
+    hosts = [h for h in FleetRepository(store.engine).hosts() if h.model_key == report["run_key"]]
+    store.close()
+    assert sorted(h.host_id for h in hosts) == ["bench-host-0", "bench-host-1", "bench-host-2"]
+    assert all(h.steps == 14 * 40 for h in hosts)  # every step of every host, flushed

@@ -1,0 +1,178 @@
+"""Learned tables in vLLM's, TensorRT-LLM's and SGLang's formats, checked against their rules."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from adaptivespec.cli import main
+from adaptivespec.controller import exports, persistence
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, Bucket
+from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.exports import ExportError, KTable
+from adaptivespec.sim import specs
+from adaptivespec.sim.costmodel import StepCostModel
+from adaptivespec.sim.loop import SimLoop
+from adaptivespec.sim.workload import Phase, Range, Workload
+from adaptivespec.store.repository import Store
+
+SHORT = CONTEXT_BUCKETS[0]
+ISSUE_TABLE = {"1": 4, "2": 4, "3-4": 4, "5-8": 4, "9-12": 4, "13-16": 4, "17-24": 1, "25-32": 1, "33-48": 1}
+ISSUE_TABLE |= {"49-64": 1, "65-96": 0, "97-128": 0, "129-192": 0, "193-256": 0, "257-384": 0, "385-512": 0}
+
+
+def _vllm_k(entries: list[list[int]], batch: int) -> int:
+    """vLLM's documented lookup: the range holding the batch; a gap takes the previous K; past
+    the last range, the last K."""
+    k = entries[0][2]
+    for lo, hi, value in entries:
+        if batch < lo:
+            return k
+        k = value
+        if batch <= hi:
+            return k
+    return k
+
+
+def _trtllm_k(schedule: dict[str, int], batch: int) -> int:
+    """TensorRT-LLM: the first upper bound >= the batch; above the largest key, K = 0."""
+    for bound in sorted(int(key) for key in schedule):
+        if batch <= bound:
+            return schedule[str(bound)]
+    return 0
+
+
+def test_the_vllm_export_is_the_issue_example() -> None:
+    config = exports.vllm(KTable.from_labels(SHORT, ISSUE_TABLE))
+    assert config == {
+        "num_speculative_tokens": 4,
+        "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 64, 1], [65, 512, 0]],
+    }
+
+
+def test_the_trtllm_export_runs_the_same_k_as_the_table_at_every_batch() -> None:
+    table = KTable.from_labels(SHORT, ISSUE_TABLE)
+    config, notes = exports.trtllm(table)
+    schedule = config["draft_len_schedule"]
+    assert isinstance(schedule, dict)
+    assert schedule == {"16": 4, "64": 1} | {"1": 4} and notes == []
+    assert config["max_draft_len"] == 4 == schedule["1"]  # TensorRT-LLM's own validator rules
+    for batch in range(1, 1025):
+        expected = next((r.k for r in table.ranges if r.lo <= batch <= r.hi), table.ranges[-1].k)
+        assert _trtllm_k(schedule, batch) == expected
+
+
+def test_trtllm_says_what_it_could_not_express() -> None:
+    config, notes = exports.trtllm(KTable.from_labels(SHORT, {"1": 0, "2": 3, "3-4": 2, "5-8": 0}))
+    assert config["draft_len_schedule"] == {"1": 3, "2": 3, "4": 2}  # batch 1 raised from 0 to 3
+    assert len(notes) == 1 and "batch size 1" in notes[0]
+    with pytest.raises(ExportError, match="never paid"):
+        exports.trtllm(KTable.from_labels(SHORT, {"1": 0, "2": 0}))
+
+
+def test_sglang_keeps_the_set_of_k_and_names_what_it_loses() -> None:
+    config, notes = exports.sglang(KTable.from_labels(SHORT, ISSUE_TABLE))
+    assert config == {"speculative_num_steps": 4, "adaptive_config": {"candidate_steps": [1, 4]}}
+    assert any("batch" in note for note in notes) and any("off" in note for note in notes)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_tables_round_trip_through_vllms_rules(seed: int) -> None:
+    rng = random.Random(seed)
+    visited = rng.sample(BATCH_BUCKETS[:16], rng.randint(1, 16))
+    table = KTable.from_labels(SHORT, {b.label: rng.choice([0, 0, 1, 2, 4, 8]) for b in visited})
+    config = exports.vllm(table)
+    entries = config["num_speculative_tokens_per_batch_size"]
+    assert isinstance(entries, list)
+    exports.check_vllm(entries, int(str(config["num_speculative_tokens"])))
+    assert all(a[2] != b[2] for a, b in zip(entries, entries[1:], strict=False))  # adjacent K merged
+    assert all(b[0] == a[1] + 1 for a, b in zip(entries, entries[1:], strict=False))  # contiguous
+    for bucket in visited:  # every visited batch size runs its own bucket's K under vLLM's lookup
+        own = next(r.k for r in table.ranges if r.lo <= bucket.lo <= r.hi)
+        assert _vllm_k(entries, bucket.lo) == _vllm_k(entries, bucket.hi) == own
+
+
+@pytest.mark.parametrize(
+    ("entries", "problem"),
+    [
+        ([[2, 8, 1]], "start at batch size 1"),
+        ([[1, 8, 1], [8, 16, 0]], "overlaps"),
+        ([[1, 8, 5]], "outside"),
+        ([[1, 0, 1]], "start 1 > end 0"),
+        ([[1, 8]], "not \\[start_bs"),
+    ],
+)
+def test_the_vllm_rules_refuse_broken_tables(entries: list[list[int]], problem: str) -> None:
+    with pytest.raises(ExportError, match=problem):
+        exports.check_vllm(entries, 4)
+
+
+def test_the_context_form_has_one_block_per_context_bucket() -> None:
+    tables = [
+        KTable.from_labels(CONTEXT_BUCKETS[1], {"1": 2, "3-4": 0}),
+        KTable.from_labels(SHORT, {"1": 4, "5-8": 1}),
+    ]
+    config = exports.vllm_with_context(tables)
+    assert config["num_speculative_tokens_per_batch_size"] == [
+        [1, 4, 1, 512, 4],
+        [5, 8, 1, 512, 1],
+        [1, 2, 513, 1024, 2],
+        [3, 4, 513, 1024, 0],
+    ]
+
+
+def test_unknown_buckets_and_empty_tables_are_refused() -> None:
+    with pytest.raises(ExportError, match="unknown batch buckets"):
+        KTable.from_labels(SHORT, {"7": 1})
+    with pytest.raises(ExportError, match="nothing was learned"):
+        KTable.from_labels(Bucket(1, 512), {})
+
+
+def _learned_store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/learned.db"
+    cost = StepCostModel(specs.hardware("h100-sxm"), specs.model("llama-3.1-8b"), specs.model("llama-3.2-1b"))
+    controller = Controller("pair", "sim:h100")
+    phases = (Phase(1, 300), Phase(16, 300), Phase(256, 300))
+    short = Workload(load=phases, prompt_len=Range(32, 128), output_len=Range(32, 256))  # context <= 512
+    SimLoop(cost, short, 0, "pair", "sim:h100").run(controller.live, on_step=controller.ingest)
+    store = Store(url)
+    store.save(persistence.export_state(controller))
+    store.close()
+    return url
+
+
+def test_the_cli_exports_a_learned_database_in_every_format(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    url = _learned_store(tmp_path)
+    assert main(["thresholds", "--db", url, "--export", "vllm", "--ctx-bucket", "1-512"]) == 0
+    vllm = json.loads(capsys.readouterr().out)
+    exports.check_vllm(vllm["num_speculative_tokens_per_batch_size"], vllm["num_speculative_tokens"])
+    assert vllm["num_speculative_tokens_per_batch_size"][-1][2] == 0  # off at batch 256
+    assert main(["thresholds", "--db", url, "--export", "trtllm"]) == 0
+    assert "draft_len_schedule" in json.loads(capsys.readouterr().out)
+    assert main(["thresholds", "--db", url, "--export", "sglang"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["adaptive_config"]["candidate_steps"]
+    assert "cannot turn speculation off" in captured.err
+    assert main(["thresholds", "--db", url, "--export", "vllm", "--with-context"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_speculative_tokens_per_batch_size"][0][2:4] == [1, 512]
+    assert main(["thresholds", "--db", url, "--export", "vllm", "--ctx-bucket", "99"]) == 2
+    assert "unknown context bucket '99'" in capsys.readouterr().err
+
+
+def test_the_cli_exports_a_bench_control_report(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    report = tmp_path / "control.json"
+    report.write_text(json.dumps({"policies": {"adaptive": {"k_by_bucket": ISSUE_TABLE}}}))
+    assert main(["thresholds", "--from", str(report), "--export", "vllm"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_speculative_tokens_per_batch_size"] == [
+        [1, 16, 4],
+        [17, 64, 1],
+        [65, 512, 0],
+    ]
+    assert main(["thresholds", "--from", str(report), "--export", "trtllm"]) == 0
+    assert json.loads(capsys.readouterr().out)["draft_len_schedule"] == {"1": 4, "16": 4, "64": 1}
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["thresholds", "--from", str(tmp_path / "bad.json"), "--export", "vllm"]) == 2
+    assert "not a `bench control` JSON report" in capsys.readouterr().err

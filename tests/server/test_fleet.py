@@ -1,0 +1,149 @@
+"""Daemons pooling through a real PostgreSQL: warm starts from the fleet, outages, exact counts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from adaptivespec.server.app import create_app
+from adaptivespec.server.state import SERVICES
+from adaptivespec.store.fleet import FleetKey, FleetRepository
+from adaptivespec.store.repository import Store
+from tests.postgres import Cluster
+
+from .conftest import TOKEN, sim_config
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+DASHBOARD = Path(__file__).resolve().parents[2] / "ops" / "grafana-dashboard.json"
+
+
+def _fleet_config(tmp_path: Path, db: str, host_id: str, **overrides: Any) -> Any:
+    settings = {"flush_seconds": 0.1, "fleet_refresh_seconds": 0.1, "admin_token": TOKEN} | overrides
+    return sim_config(tmp_path, db=db, host_id=host_id, **settings)
+
+
+async def _wait_until(condition: Any, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+async def _serve_load(client: TestClient[Any, Any], requests: int = 12, tokens: int = 120) -> None:
+    async def one(i: int) -> None:
+        response = await client.post("/v1/completions", json={"prompt": f"p{i}", "max_tokens": tokens})
+        assert response.status == 200, await response.text()
+        assert (await response.json())["usage"]["completion_tokens"] == tokens
+
+    await asyncio.gather(*(one(i) for i in range(requests)))
+
+
+async def _thresholds(client: TestClient[Any, Any]) -> list[dict[str, Any]]:
+    response = await client.get("/admin/thresholds", headers=AUTH)
+    assert response.status == 200
+    return list((await response.json())["data"])
+
+
+def _pooled_steps(url: str, model_key: str, hardware_key: str) -> int:
+    store = Store(url, migrate=False)
+    try:
+        return (
+            FleetRepository(store.engine).pooled(FleetKey("outsider", model_key, hardware_key)).totals.steps
+        )
+    finally:
+        store.close()
+
+
+async def test_a_new_daemon_starts_from_the_fleet_and_other_hardware_does_not(
+    aiohttp_client: Any, tmp_path: Path, postgres_url: str
+) -> None:
+    first = await aiohttp_client(create_app(_fleet_config(tmp_path, postgres_url, "gpu-a")))
+    await _serve_load(first)
+    services = first.app[SERVICES]
+    learned = {(d.ctx_bucket, d.batch_bucket): d.k for d in services.controller.decisions()}
+    assert learned
+    # closing writes its last flush
+    await first.close()
+
+    second = await aiohttp_client(create_app(_fleet_config(tmp_path, postgres_url, "gpu-b")))
+    controller = second.app[SERVICES].controller
+    assert controller.ingested == 0
+    adopted = {(d.ctx_bucket, d.batch_bucket): d.k for d in controller.decisions()}
+    assert adopted == learned  # before its first step
+    rows = await _thresholds(second)
+    sources = [s for row in rows for s in row["source_by_bucket"].values()]
+    hosts = [n for row in rows for n in row["hosts_by_bucket"].values()]
+    assert sources.count("fleet") == len(learned)
+    assert hosts == [1] * len(learned)  # one other host stands behind each decision
+    assert sum(row["fleet_samples"] for row in rows) == _pooled_steps(
+        postgres_url, controller.model_key, controller.hardware_key
+    )
+    health = await (await second.get("/health")).json()
+    assert health["fleet"]["state"] == "ok" and health["fleet"]["hosts"] == 1
+    await second.close()
+
+    other = await aiohttp_client(
+        create_app(_fleet_config(tmp_path, postgres_url, "gpu-c", sim_hardware="l4"))
+    )
+    rows = await _thresholds(other)
+    assert {s for row in rows for s in row["source_by_bucket"].values()} == {"prior"}
+    assert (await (await other.get("/health")).json())["fleet"]["hosts"] == 0
+
+
+async def test_a_database_outage_keeps_serving_and_loses_nothing(
+    aiohttp_client: Any, tmp_path: Path, own_postgres: Cluster
+) -> None:
+    url = own_postgres.url()
+    client = await aiohttp_client(create_app(_fleet_config(tmp_path, url, "gpu-a")))
+    services = client.app[SERVICES]
+    fleet, controller = services.fleet, services.controller
+    assert fleet is not None
+    await _serve_load(client)
+    await _wait_until(lambda: fleet.status.flushes > 0)
+
+    own_postgres.stop("immediate")  # killed mid-run
+    await _serve_load(client)  # still served
+    await _wait_until(lambda: fleet.status.state == "unreachable")
+    health = await client.get("/health")
+    assert health.status == 200
+    body = await health.json()
+    assert body["status"] == "ok" and body["fleet"]["state"] == "unreachable" and body["fleet"]["error"]
+    metrics = await (await client.get("/metrics")).text()
+    assert "adaptivespec:fleet_db_up 0.0" in metrics
+    served_while_down = controller.ingested
+
+    own_postgres.start()
+    fleet.status.failures = 1  # skip the rest of the backoff; the loop retries within a flush period
+    await _wait_until(lambda: fleet.status.state == "ok", timeout=60.0)
+    await fleet.flush()  # what the loop does next, now, so the count below is final
+    assert controller.ingested == served_while_down  # idle since
+    assert _pooled_steps(url, controller.model_key, controller.hardware_key) == controller.ingested
+    metrics = await (await client.get("/metrics")).text()
+    assert "adaptivespec:fleet_db_up 1.0" in metrics
+
+
+async def test_the_dashboard_queries_only_metrics_the_daemon_exports(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    config = _fleet_config(tmp_path, f"sqlite:///{tmp_path}/fleet.db", "gpu-a", fleet="on")
+    client = await aiohttp_client(create_app(config))
+    await _serve_load(client, requests=2, tokens=20)
+    exported = set(re.findall(r"^(adaptivespec:[a-z_]+)", await (await client.get("/metrics")).text(), re.M))
+    dashboard = json.loads(DASHBOARD.read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"adaptivespec:[a-z_]+", target["expr"])
+    }
+    queried |= set(re.findall(r"adaptivespec:[a-z_]+", json.dumps(dashboard["templating"])))
+    assert len(queried) >= 12
+    assert queried <= exported, f"not exported: {sorted(queried - exported)}"
+    titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
+    for shown in ("k per bucket", "acceptance", "goodput", "step time", "database"):
+        assert shown in titles

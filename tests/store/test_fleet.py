@@ -1,0 +1,231 @@
+"""Fleet pooling against a real PostgreSQL server: migrations, concurrent flushes, exact counts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import inspect, text
+
+from adaptivespec.cli import main
+from adaptivespec.controller import operator, persistence
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
+from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.fleet import Tally, fold
+from adaptivespec.controller.overrides import Override
+from adaptivespec.sim import specs
+from adaptivespec.sim.costmodel import StepCostModel
+from adaptivespec.sim.loop import SimLoop
+from adaptivespec.sim.workload import Phase, Workload
+from adaptivespec.store.db import current_revision, make_engine, upgrade
+from adaptivespec.store.fleet import FleetKey, FleetRepository
+from adaptivespec.store.repository import Store
+
+COST = StepCostModel(specs.hardware("h100-sxm"), specs.model("llama-3.1-8b"), specs.model("llama-3.2-1b"))
+MODEL, HARDWARE = "llama-3.1-8b+llama-3.2-1b:bf16", "sim:h100-sxm"
+FLEET_TABLES = {"fleet_hosts", "fleet_arm_totals", "fleet_acceptance_totals"}
+
+
+@pytest.fixture
+def repository(postgres_url: str) -> Iterator[FleetRepository]:
+    """The fleet tables of a fresh, migrated PostgreSQL database."""
+    store = Store(postgres_url)
+    yield FleetRepository(store.engine)
+    store.close()
+
+
+def _host(repository: FleetRepository, host_id: str, hardware: str = HARDWARE) -> tuple[Controller, FleetKey]:
+    controller = Controller(MODEL, hardware)
+    key = FleetKey(host_id, MODEL, hardware)
+    controller.tally = Tally(repository.own(key))
+    return controller, key
+
+
+def _flush(repository: FleetRepository, controller: Controller, key: FleetKey) -> int:
+    tally = controller.tally
+    assert tally is not None
+    return repository.flush(
+        key, tally.take_changes(), tally.baseline.steps + tally.steps, datetime.now(timezone.utc)
+    )
+
+
+def _run(controller: Controller, phases: tuple[Phase, ...], seed: int = 0) -> None:
+    SimLoop(COST, Workload(load=phases), seed, MODEL, HARDWARE).run(
+        controller.live, on_step=controller.ingest
+    )
+
+
+def _pooled_steps(repository: FleetRepository) -> int:
+    """Every host's steps, summed by the database: the pooled view as an outsider sees it."""
+    return repository.pooled(FleetKey("nobody", MODEL, HARDWARE)).totals.steps
+
+
+def test_migrations_run_from_empty_on_postgresql(postgres_url: str) -> None:
+    engine = make_engine(postgres_url)
+    assert upgrade(engine) == "0004"
+    assert FLEET_TABLES <= set(inspect(engine).get_table_names())
+    assert upgrade(engine) == "0004"  # a second start finds it current
+    engine.dispose()
+
+
+def test_migrations_upgrade_the_previous_schema_on_postgresql(postgres_url: str) -> None:
+    engine = make_engine(postgres_url)
+    upgrade(engine, "0003")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO decisions (model_key, hardware_key, ctx_bucket, batch_bucket, k, samples, "
+                "confidence, policy_version, reward_scale) VALUES ('m', 'h', 0, 2, 3, 10, 0.5, 7, 1.0)"
+            )
+        )
+    assert upgrade(engine) == "0004"
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT k, samples FROM decisions")).one() == (3, 10)
+    engine.dispose()
+
+
+def test_hosts_starting_at_once_migrate_one_at_a_time(postgres_url: str) -> None:
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            Store(postgres_url).close()
+        except BaseException as exc:  # collected, so the assertion below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    engine = make_engine(postgres_url)
+    assert current_revision(engine) == "0004"
+    engine.dispose()
+
+
+def test_four_hosts_flushing_at_once_for_30_seconds_count_every_step_exactly(
+    repository: FleetRepository,
+) -> None:
+    hosts = [_host(repository, f"host-{i}") for i in range(4)]
+    errors: list[BaseException] = []
+    deadline = time.monotonic() + 30.0
+    phases = (Phase(1, 40), Phase(8, 40), Phase(64, 40))
+
+    def serve(index: int) -> None:
+        controller, key = hosts[index]
+        seed = 0
+        try:
+            while time.monotonic() < deadline:
+                _run(controller, phases, seed=index * 1000 + seed)
+                _flush(repository, controller, key)
+                repository.pooled(key)
+                seed += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=serve, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    steps = [controller.ingested for controller, _ in hosts]
+    assert min(steps) > 0
+    assert _pooled_steps(repository) == sum(steps)
+    assert {h.host_id: h.steps for h in repository.hosts()} == {key.host_id: c.ingested for c, key in hosts}
+
+
+def test_a_retried_flush_counts_nothing_twice(repository: FleetRepository) -> None:
+    controller, key = _host(repository, "a")
+    _run(controller, (Phase(4, 50),))
+    tally = controller.tally
+    assert tally is not None
+    changes = tally.take_changes()
+    now = datetime.now(timezone.utc)
+    repository.flush(key, changes, tally.steps, now)
+    # The client timed out after the commit: the rows go back and the retry writes them again.
+    tally.give_back(changes)
+    _flush(repository, controller, key)
+    _flush(repository, controller, key)  # nothing changed: an empty flush
+    assert _pooled_steps(repository) == controller.ingested == 50
+
+
+def test_a_restarted_host_continues_its_totals(repository: FleetRepository) -> None:
+    first, key = _host(repository, "a")
+    _run(first, (Phase(4, 30),))
+    _flush(repository, first, key)
+    again, _ = _host(repository, "a")  # the same host id, after a restart
+    _run(again, (Phase(4, 20),), seed=1)
+    _flush(repository, again, key)
+    assert _pooled_steps(repository) == 50
+    assert repository.hosts()[0].steps == 50
+
+
+def test_a_new_host_starts_from_what_the_fleet_learned_and_other_hardware_does_not(
+    repository: FleetRepository,
+) -> None:
+    veteran, key = _host(repository, "veteran")
+    _run(veteran, (Phase(1, 300), Phase(64, 300), Phase(256, 300)))
+    _flush(repository, veteran, key)
+    learned = {(d.ctx_bucket, d.batch_bucket): d.k for d in veteran.decisions()}
+    measured = {(d.ctx_bucket, d.batch_bucket): d.samples for d in veteran.decisions()}
+    assert len(set(learned.values())) > 1  # speculation on at small batch, off at large
+
+    newcomer, new_key = _host(repository, "newcomer")
+    view = repository.pooled(new_key)
+    assert view.hosts == 1 and view.totals.steps == 900
+    fold(newcomer, view, repository.own(new_key))
+    assert newcomer.ingested == 0
+    pooled = {(d.ctx_bucket, d.batch_bucket): d for d in newcomer.decisions()}
+    assert {cell: d.k for cell, d in pooled.items()} == learned
+    assert all(d.hosts == 1 and d.samples == 0 for d in pooled.values())
+    assert {cell: d.fleet_samples for cell, d in pooled.items()} == measured
+    for (ctx, batch), k in learned.items():  # published before its first step
+        assert newcomer.live.k_for(BATCH_BUCKETS[batch].hi, CONTEXT_BUCKETS[ctx].lo) == k
+
+    _, other_key = _host(repository, "l4-host", hardware="sim:l4")
+    other_view = repository.pooled(other_key)
+    assert other_view.hosts == 0 and other_view.totals.steps == 0
+
+
+def test_refreshing_twice_does_not_double_the_evidence(repository: FleetRepository) -> None:
+    veteran, key = _host(repository, "veteran")
+    _run(veteran, (Phase(8, 200),))
+    _flush(repository, veteran, key)
+    newcomer, new_key = _host(repository, "newcomer")
+    _run(newcomer, (Phase(8, 20),), seed=3)
+    for _ in range(3):
+        fold(newcomer, repository.pooled(new_key), repository.own(new_key))
+    cells = newcomer.cells.values()
+    assert sum(s.count for cell in cells for s in cell.fleet.values()) == 200  # the veteran's, once
+    assert sum(cell.samples for cell in cells) == 20  # its own, apart
+
+
+def test_fleet_status_lists_hosts_and_their_steps(
+    repository: FleetRepository, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for index in range(2):
+        controller, key = _host(repository, f"gpu-{index}")
+        _run(controller, (Phase(2, 10 * (index + 1)),), seed=index)
+        _flush(repository, controller, key)
+    assert main(["fleet", "status", "--db", postgres_url]) == 0
+    out = capsys.readouterr().out
+    assert "gpu-0" in out and "gpu-1" in out
+    assert f"{MODEL} on {HARDWARE}: 2 hosts, 30 steps" in out
+
+
+def test_a_host_that_changed_no_override_does_not_erase_another_hosts(postgres_url: str) -> None:
+    first, second = Store(postgres_url), Store(postgres_url)
+    pinning, other = Controller(MODEL, HARDWARE), Controller(MODEL, HARDWARE)
+    operator.set_overrides(pinning, (Override("pin", 2, 0, 3),))
+    first.save(persistence.export_state(pinning))
+    _run(other, (Phase(4, 20),))
+    second.save(persistence.export_state(other))  # its flush carries no override change
+    saved = Store(postgres_url).load(MODEL, HARDWARE)
+    assert saved is not None and saved.overrides == (Override("pin", 2, 0, 3),)
+    first.close()
+    second.close()
