@@ -53,6 +53,15 @@ class ArmTotals:
             self.seconds_sq + other.seconds_sq,
         )
 
+    def minus(self, other: ArmTotals) -> ArmTotals:
+        return ArmTotals(
+            self.steps - other.steps,
+            self.reward_sum - other.reward_sum,
+            self.reward_sq - other.reward_sq,
+            self.seconds_sum - other.seconds_sum,
+            self.seconds_sq - other.seconds_sq,
+        )
+
     def seconds(self) -> EWStat:
         """Mean and variance of the step seconds, as the cells keep them."""
         mean = self.seconds_sum / self.steps
@@ -160,7 +169,12 @@ class Tally:
 
 def fold(controller: Controller, view: FleetView, own_before: FleetTotals) -> None:
     """Puts what other hosts (and this host's earlier lives) measured beside the cells' own
-    measurements, then publishes: a cell only the fleet visited decides from the fleet's data."""
+    measurements, then publishes: a cell only the fleet visited decides from the fleet's data.
+
+    Republishing walks every cell (unvisited ones search for a neighbour to borrow from), which
+    costs milliseconds on the event loop, so it happens only when a decision changed here.
+    """
+    published_before = _decisions(controller)
     evidence = view.totals.plus(own_before)
     by_cell: dict[tuple[int, int], dict[int, ArmTotals]] = {}
     for (ctx, batch, k), totals in evidence.arms.items():
@@ -177,7 +191,12 @@ def fold(controller: Controller, view: FleetView, own_before: FleetTotals) -> No
         cell = controller.cells[key]
         if not cell.samples:
             cell.adopt(controller.acceptance_of(key[0]))
-    republish(controller)
+    if _decisions(controller) != published_before:
+        republish(controller)
+
+
+def _decisions(controller: Controller) -> dict[tuple[int, int], tuple[bool, int]]:
+    return {key: (cell.informed, cell.decided) for key, cell in controller.cells.items()}
 
 
 def _positions(acceptance: Mapping[PositionKey, PositionTotals]) -> dict[PositionKey, tuple[float, float]]:

@@ -239,12 +239,13 @@ def _heat_cell(cell: PublishedCell, threshold: int | None) -> str:
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>adaptivespec</title><style>
 body{{font-family:sans-serif;margin:2em}} td,th{{padding:4px 8px;text-align:center;border:1px solid #ccc}}
 table{{border-collapse:collapse}} .threshold{{border-left:4px solid #d00}} .borrowed,.prior{{color:#999}}
-.override{{font-weight:bold;text-decoration:underline}}
+.override{{font-weight:bold;text-decoration:underline}} .fleet{{font-style:italic}}
 </style></head><body><h1>Learned draft length K</h1>
 <p>{model} on {hardware}, policy version {version}. Rows: context length; columns: batch size.
 Darker = larger K; a red left border marks the learned threshold (speculation off from there on);
 grey numbers are buckets not measured yet, which borrow the nearest measured decision (or the
-prior, before anything is measured); underlined numbers are operator overrides; * marks a bucket whose
+prior, before anything is measured); italic numbers come from other hosts of the fleet, not yet measured
+here; underlined numbers are operator overrides; * marks a bucket whose
 next step explores another K to measure it. The decisions are those of /admin/thresholds and the metrics.</p>
 <table><tr><th>context \\ batch</th>{head}</tr>{rows}</table></body></html>"""
 

@@ -1,8 +1,12 @@
 """The fleet's tables: each host upserts its own totals, and reads everyone else's summed.
 
-Hosts never write the same row (every key starts with the host id), so concurrent flushes do
-not contend, and each flush is one short transaction. The pooled view is two GROUP BY queries
-over the (model, hardware) indexes: hosts of another model or hardware are never summed in.
+A flush is one short transaction. It upserts the host's own rows (absolute totals, in rows no
+other host writes) and adds the difference from what those rows held to the pooled sums of the
+(model, hardware). The difference is taken against the database, not against what the host
+believes it wrote, so a flush retried after it did commit adds nothing twice. The sums then
+always equal the GROUP BY of the host rows, and a refresh reads them, minus the host's own
+rows: a few hundred rows whatever the number of hosts. Hosts of another model or hardware are
+never summed in.
 """
 
 from __future__ import annotations
@@ -11,11 +15,24 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, tuple_
 from sqlalchemy.orm import Session
 
-from adaptivespec.controller.fleet import ArmTotals, FleetTotals, FleetView, PositionTotals
-from adaptivespec.store.models import FleetAcceptanceTotal, FleetArmTotal, FleetHost
+from adaptivespec.controller.fleet import (
+    ArmKey,
+    ArmTotals,
+    FleetTotals,
+    FleetView,
+    PositionKey,
+    PositionTotals,
+)
+from adaptivespec.store.models import (
+    FleetAcceptanceTotal,
+    FleetArmTotal,
+    FleetHost,
+    FleetPooledAcceptance,
+    FleetPooledArm,
+)
 from adaptivespec.store.upsert import upsert
 
 
@@ -41,76 +58,58 @@ class FleetRepository:
         self.engine = engine
 
     def flush(self, key: FleetKey, changes: FleetTotals, steps: int, started_at: datetime) -> int:
-        """Writes one host's changed totals and its host row in one transaction; returns rows written."""
-        ids: dict[str, object] = {
-            "host_id": key.host_id,
-            "model_key": key.model_key,
-            "hardware_key": key.hardware_key,
+        """Writes one host's changed totals, its host row and the pooled sums in one transaction;
+        returns the rows written."""
+        host: dict[str, object] = {
+            **_ids(key),
+            "steps": steps,
+            "started_at": started_at,
+            "last_flush_at": _now(),
         }
-        now = datetime.now(timezone.utc)
-        arms = [
-            ids | {"ctx_bucket": c, "batch_bucket": b, "k": k, **_arm_columns(t)}
-            for (c, b, k), t in sorted(changes.arms.items())
-        ]
-        positions = [
-            ids | {"ctx_bucket": c, "position": j, "kept": t.kept, "at_risk": t.at_risk}
-            for (c, j), t in sorted(changes.acceptance.items())
-        ]
-        host: dict[str, object] = {**ids, "steps": steps, "started_at": started_at, "last_flush_at": now}
         with Session(self.engine) as session, session.begin():
-            upsert(session, FleetHost, [host], keep=("started_at",))
+            upsert(session, FleetHost, [host], keep=("started_at",))  # this host's flushes take turns
+            before = _totals(session, key, only=changes)
+            arms, arm_sums = _arm_rows(key, changes, before)
+            positions, position_sums = _position_rows(key, changes, before)
             upsert(session, FleetArmTotal, arms)
             upsert(session, FleetAcceptanceTotal, positions)
-        return 1 + len(arms) + len(positions)
+            upsert(session, FleetPooledArm, arm_sums, add=True)
+            upsert(session, FleetPooledAcceptance, position_sums, add=True)
+        return 1 + 2 * (len(arms) + len(positions))
 
     def own(self, key: FleetKey) -> FleetTotals:
         """What this host id flushed before (its earlier lives): the base its totals continue from."""
         with Session(self.engine) as session:
-            arms = session.scalars(_mine(select(FleetArmTotal), FleetArmTotal, key)).all()
-            positions = session.scalars(_mine(select(FleetAcceptanceTotal), FleetAcceptanceTotal, key)).all()
-        return FleetTotals(
-            {
-                (a.ctx_bucket, a.batch_bucket, a.k): ArmTotals(
-                    a.steps, a.reward_sum, a.reward_sq, a.seconds_sum, a.seconds_sq
-                )
-                for a in arms
-            },
-            {(p.ctx_bucket, p.position): PositionTotals(p.kept, p.at_risk) for p in positions},
-        )
+            return _totals(session, key)
 
     def pooled(self, key: FleetKey) -> FleetView:
-        """Every other host's totals of the same (model, hardware), summed."""
-        arm = FleetArmTotal
-        cell = (arm.ctx_bucket, arm.batch_bucket, arm.k)
-        arm_sums = _others(
-            select(
-                *cell,
-                func.sum(arm.steps),
-                func.sum(arm.reward_sum),
-                func.sum(arm.reward_sq),
-                func.sum(arm.seconds_sum),
-                func.sum(arm.seconds_sq),
-                func.count(func.distinct(arm.host_id)),
-            ),
-            arm,
-            key,
-        ).group_by(*cell)
-        acc = FleetAcceptanceTotal
-        position_sums = _others(
-            select(acc.ctx_bucket, acc.position, func.sum(acc.kept), func.sum(acc.at_risk)), acc, key
-        ).group_by(acc.ctx_bucket, acc.position)
-        hosts = _others(select(func.count(func.distinct(arm.host_id))), arm, key)
+        """Every other host's totals of the same (model, hardware): the pooled sums minus this
+        host's own rows (which only this host writes, so they cannot change in between)."""
+        a, p, h = FleetPooledArm, FleetPooledAcceptance, FleetHost
+        arm_sums = _of(select(a.ctx_bucket, a.batch_bucket, a.k, a.hosts, *_arm_sums(a)), a, key)
+        position_sums = _of(select(p.ctx_bucket, p.position, p.kept, p.at_risk), p, key)
+        counted = _of(select(func.count()).select_from(h), h, key).where(h.host_id != key.host_id)
         with Session(self.engine) as session:
+            mine = _totals(session, key)
             arm_rows = session.execute(arm_sums).all()
             position_rows = session.execute(position_sums).all()
-            host_count = session.scalar(hosts) or 0
-        arms: dict[tuple[int, int, int], ArmTotals] = {}
+            hosts = session.scalar(counted)
+        arms: dict[ArmKey, ArmTotals] = {}
         hosts_by_cell: dict[tuple[int, int], int] = {}
-        for c, b, k, steps, r_sum, r_sq, s_sum, s_sq, host_ids in arm_rows:
-            arms[(c, b, k)] = ArmTotals(int(steps), float(r_sum), float(r_sq), float(s_sum), float(s_sq))
-            hosts_by_cell[(c, b)] = max(hosts_by_cell.get((c, b), 0), int(host_ids))
-        acceptance = {(c, j): PositionTotals(int(kept), int(risk)) for c, j, kept, risk in position_rows}
-        return FleetView(FleetTotals(arms, acceptance), int(host_count), hosts_by_cell)
+        for ctx, batch, k, with_rows, steps, *sums in arm_rows:
+            summed, own = ArmTotals(int(steps), *sums), mine.arms.get((ctx, batch, k))
+            theirs = summed.minus(own) if own is not None else summed
+            their_hosts = with_rows - (own is not None)
+            if theirs.steps > 0 and their_hosts > 0:
+                arms[(ctx, batch, k)] = theirs
+                hosts_by_cell[(ctx, batch)] = max(hosts_by_cell.get((ctx, batch), 0), their_hosts)
+        acceptance: dict[PositionKey, PositionTotals] = {}
+        for ctx, j, kept, at_risk in position_rows:
+            own_counts = mine.acceptance.get((ctx, j), PositionTotals())
+            counts = PositionTotals(int(kept) - own_counts.kept, int(at_risk) - own_counts.at_risk)
+            if counts.at_risk > 0:
+                acceptance[(ctx, j)] = counts
+        return FleetView(FleetTotals(arms, acceptance), int(hosts or 0), hosts_by_cell)
 
     def hosts(self) -> list[HostRow]:
         with Session(self.engine) as session:
@@ -130,6 +129,68 @@ class FleetRepository:
         ]
 
 
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _ids(key: FleetKey, host: bool = True) -> dict[str, object]:
+    ids: dict[str, object] = {"model_key": key.model_key, "hardware_key": key.hardware_key}
+    return {"host_id": key.host_id, **ids} if host else ids
+
+
+Rows = list[dict[str, object]]
+
+
+def _arm_rows(key: FleetKey, changes: FleetTotals, before: FleetTotals) -> tuple[Rows, Rows]:
+    """The host's new absolute rows, and what each adds to the pooled sums (against `before`,
+    what the database held, so a retry of a committed flush adds nothing)."""
+    rows, sums = [], []
+    for (ctx, batch, k), totals in sorted(changes.arms.items()):
+        old = before.arms.get((ctx, batch, k))
+        cell: dict[str, object] = {"ctx_bucket": ctx, "batch_bucket": batch, "k": k}
+        rows.append(_ids(key) | cell | _arm_columns(totals))
+        added = totals.minus(old) if old is not None else totals
+        sums.append(_ids(key, host=False) | cell | _arm_columns(added) | {"hosts": int(old is None)})
+    return rows, sums
+
+
+def _position_rows(key: FleetKey, changes: FleetTotals, before: FleetTotals) -> tuple[Rows, Rows]:
+    rows, sums = [], []
+    for (ctx, j), counts in sorted(changes.acceptance.items()):
+        old = before.acceptance.get((ctx, j), PositionTotals())
+        cell: dict[str, object] = {"ctx_bucket": ctx, "position": j}
+        rows.append(_ids(key) | cell | {"kept": counts.kept, "at_risk": counts.at_risk})
+        added = {"kept": counts.kept - old.kept, "at_risk": counts.at_risk - old.at_risk}
+        sums.append(_ids(key, host=False) | cell | added)
+    return rows, sums
+
+
+def _totals(session: Session, key: FleetKey, only: FleetTotals | None = None) -> FleetTotals:
+    """This host's rows (those of `only`'s keys, when given), read as plain rows: a flush reads
+    what it is about to overwrite, and a refresh what it subtracts."""
+    a, p = FleetArmTotal, FleetAcceptanceTotal
+    arm_query = _mine(select(a.ctx_bucket, a.batch_bucket, a.k, *_arm_sums(a)), a, key)
+    position_query = _mine(select(p.ctx_bucket, p.position, p.kept, p.at_risk), p, key)
+    if only is not None:
+        arm_query = arm_query.where(
+            tuple_(a.ctx_bucket, a.batch_bucket, a.k).in_(list(only.arms) or [(-1, -1, -1)])
+        )
+        position_query = position_query.where(
+            tuple_(p.ctx_bucket, p.position).in_(list(only.acceptance) or [(-1, -1)])
+        )
+    return FleetTotals(
+        {(c, b, k): ArmTotals(int(n), *sums) for c, b, k, n, *sums in session.execute(arm_query)},
+        {
+            (c, j): PositionTotals(int(kept), int(risk))
+            for c, j, kept, risk in session.execute(position_query)
+        },
+    )
+
+
+def _arm_sums(table: type[FleetArmTotal] | type[FleetPooledArm]) -> tuple[Any, ...]:
+    return (table.steps, table.reward_sum, table.reward_sq, table.seconds_sum, table.seconds_sq)
+
+
 def _arm_columns(t: ArmTotals) -> dict[str, Any]:
     return {
         "steps": t.steps,
@@ -140,13 +201,9 @@ def _arm_columns(t: ArmTotals) -> dict[str, Any]:
     }
 
 
+def _of(statement, table, key: FleetKey):  # type: ignore[no-untyped-def]
+    return statement.where(table.model_key == key.model_key, table.hardware_key == key.hardware_key)
+
+
 def _mine(statement, table, key: FleetKey):  # type: ignore[no-untyped-def]
-    return statement.where(
-        table.host_id == key.host_id, table.model_key == key.model_key, table.hardware_key == key.hardware_key
-    )
-
-
-def _others(statement, table, key: FleetKey):  # type: ignore[no-untyped-def]
-    return statement.where(
-        table.host_id != key.host_id, table.model_key == key.model_key, table.hardware_key == key.hardware_key
-    )
+    return _of(statement, table, key).where(table.host_id == key.host_id)

@@ -116,15 +116,7 @@ class FleetHost(_HostKeyed, Base):
     last_flush_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-class FleetArmTotal(_HostKeyed, Base):
-    """One host's cumulative totals for one K in one cell. Each host writes only its own rows,
-    and absolute totals, so a retried flush is idempotent and hosts never contend for a row."""
-
-    __tablename__ = "fleet_arm_totals"
-    __table_args__ = (
-        UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "batch_bucket", "k"),
-    )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+class _ArmTotals:
     ctx_bucket: Mapped[int] = mapped_column(Integer)
     batch_bucket: Mapped[int] = mapped_column(Integer)
     k: Mapped[int] = mapped_column(Integer)
@@ -135,13 +127,43 @@ class FleetArmTotal(_HostKeyed, Base):
     seconds_sq: Mapped[float] = mapped_column(Float)
 
 
-class FleetAcceptanceTotal(_HostKeyed, Base):
+class _PositionTotals:
+    ctx_bucket: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer)  # draft j, from 1
+    kept: Mapped[int] = mapped_column(BigInteger)  # rows that kept draft j
+    at_risk: Mapped[int] = mapped_column(BigInteger)  # rows that kept draft j - 1 in steps drafting j
+
+
+class FleetArmTotal(_ArmTotals, _HostKeyed, Base):
+    """One host's cumulative totals for one K in one cell. Each host writes only its own rows,
+    and absolute totals, so a retried flush is idempotent and hosts never contend for a row."""
+
+    __tablename__ = "fleet_arm_totals"
+    __table_args__ = (
+        UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "batch_bucket", "k"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+
+
+class FleetAcceptanceTotal(_PositionTotals, _HostKeyed, Base):
     """One host's cumulative draft survival counts at one draft position in one context bucket."""
 
     __tablename__ = "fleet_acceptance_totals"
     __table_args__ = (UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "position"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    ctx_bucket: Mapped[int] = mapped_column(Integer)
-    position: Mapped[int] = mapped_column(Integer)  # draft j, from 1
-    kept: Mapped[int] = mapped_column(BigInteger)  # rows that kept draft j
-    at_risk: Mapped[int] = mapped_column(BigInteger)  # rows that kept draft j - 1 in steps drafting j
+
+
+class FleetPooledArm(_ArmTotals, _Keyed, Base):
+    """Every host's FleetArmTotal rows of one (model, hardware, cell, K), summed; changed in the
+    same transaction as the rows it sums, so a refresh reads one row where it would sum N."""
+
+    __tablename__ = "fleet_pooled_arms"
+    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "batch_bucket", "k"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hosts: Mapped[int] = mapped_column(Integer)  # hosts with a row here
+
+
+class FleetPooledAcceptance(_PositionTotals, _Keyed, Base):
+    __tablename__ = "fleet_pooled_acceptance"
+    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "position"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, UniqueConstraint
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -15,10 +15,15 @@ from adaptivespec.store.models import Base
 
 
 def upsert(
-    session: Session, table: type[Base], rows: list[dict[str, object]], keep: Sequence[str] = ()
+    session: Session,
+    table: type[Base],
+    rows: list[dict[str, object]],
+    keep: Sequence[str] = (),
+    add: bool = False,
 ) -> None:
     """Concurrent writers of one key never collide on the constraint, and the last write of each
-    row wins whole, except the columns in `keep`, which the first insert sets for good."""
+    row wins whole, except the columns in `keep`, which the first insert sets for good. With
+    `add`, the values are increments: an existing row gets them added to its own."""
     if not rows:
         return
     constraints = cast(Table, table.__table__).constraints
@@ -27,14 +32,12 @@ def upsert(
     updated = [name for name in rows[0] if name not in key and name not in keep]
     dialect = session.get_bind().dialect.name
     if dialect == "sqlite":
-        lite = sqlite_insert(table).values(rows)
-        session.execute(
-            lite.on_conflict_do_update(index_elements=key, set_={n: lite.excluded[n] for n in updated})
-        )
+        statement: Any = sqlite_insert(table).values(rows)
     elif dialect == "postgresql":
-        pg = postgresql_insert(table).values(rows)
-        session.execute(
-            pg.on_conflict_do_update(index_elements=key, set_={n: pg.excluded[n] for n in updated})
-        )
+        statement = postgresql_insert(table).values(rows)
     else:
         raise StoreError(f"the store supports SQLite and PostgreSQL, not {dialect}")
+    columns = cast(Table, table.__table__).c
+    new = statement.excluded
+    values = {n: columns[n] + new[n] if add else new[n] for n in updated}
+    session.execute(statement.on_conflict_do_update(index_elements=key, set_=values))

@@ -6,8 +6,11 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from adaptivespec.cli import main
@@ -22,6 +25,7 @@ from adaptivespec.sim.loop import SimLoop
 from adaptivespec.sim.workload import Phase, Workload
 from adaptivespec.store.db import current_revision, make_engine, upgrade
 from adaptivespec.store.fleet import FleetKey, FleetRepository
+from adaptivespec.store.models import Base
 from adaptivespec.store.repository import Store
 
 COST = StepCostModel(specs.hardware("h100-sxm"), specs.model("llama-3.1-8b"), specs.model("llama-3.2-1b"))
@@ -137,6 +141,36 @@ def test_four_hosts_flushing_at_once_for_30_seconds_count_every_step_exactly(
     assert min(steps) > 0
     assert _pooled_steps(repository) == sum(steps)
     assert {h.host_id: h.steps for h in repository.hosts()} == {key.host_id: c.ingested for c, key in hosts}
+    _assert_sums_equal_the_host_rows(repository)
+
+
+def _assert_sums_equal_the_host_rows(repository: FleetRepository) -> None:
+    """The pooled sums a refresh reads are exactly the GROUP BY of every host's rows."""
+    grouped = text(
+        "SELECT ctx_bucket, batch_bucket, k, sum(steps), count(*), sum(seconds_sum) FROM fleet_arm_totals "
+        "GROUP BY ctx_bucket, batch_bucket, k"
+    )
+    pooled = text("SELECT ctx_bucket, batch_bucket, k, steps, hosts, seconds_sum FROM fleet_pooled_arms")
+    positions = "SELECT ctx_bucket, position, {} FROM {} "
+    with repository.engine.connect() as connection:
+        by_rows = {tuple(r[:3]): r[3:] for r in connection.execute(grouped)}
+        by_sums = {tuple(r[:3]): r[3:] for r in connection.execute(pooled)}
+        kept_rows = set(
+            connection.execute(
+                text(
+                    positions.format("sum(kept), sum(at_risk)", "fleet_acceptance_totals")
+                    + "GROUP BY ctx_bucket, position"
+                )
+            )
+        )
+        kept_sums = set(
+            connection.execute(text(positions.format("kept, at_risk", "fleet_pooled_acceptance")))
+        )
+    assert by_rows.keys() == by_sums.keys() and by_rows
+    for cell, (steps, hosts, seconds) in by_rows.items():
+        assert by_sums[cell][:2] == (steps, hosts)
+        assert by_sums[cell][2] == pytest.approx(seconds, rel=1e-9)
+    assert {tuple(map(int, r)) for r in kept_rows} == {tuple(map(int, r)) for r in kept_sums}
 
 
 def test_a_retried_flush_counts_nothing_twice(repository: FleetRepository) -> None:
@@ -152,6 +186,7 @@ def test_a_retried_flush_counts_nothing_twice(repository: FleetRepository) -> No
     _flush(repository, controller, key)
     _flush(repository, controller, key)  # nothing changed: an empty flush
     assert _pooled_steps(repository) == controller.ingested == 50
+    _assert_sums_equal_the_host_rows(repository)
 
 
 def test_a_restarted_host_continues_its_totals(repository: FleetRepository) -> None:
@@ -229,3 +264,13 @@ def test_a_host_that_changed_no_override_does_not_erase_another_hosts(postgres_u
     assert saved is not None and saved.overrides == (Override("pin", 2, 0, 3),)
     first.close()
     second.close()
+
+
+def test_the_migrations_build_the_schema_the_models_declare(postgres_url: str, tmp_path: Path) -> None:
+    for url in (postgres_url, f"sqlite:///{tmp_path}/schema.db"):
+        engine = make_engine(url)
+        upgrade(engine)
+        with engine.connect() as connection:
+            differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+        engine.dispose()
+        assert differences == [], url
