@@ -8,7 +8,7 @@ and the next flush retries; statistics are absolute values, so saving a cell twi
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from adaptivespec.controller.buckets import CONTEXT_BUCKETS
@@ -45,6 +45,13 @@ def give_back(controller: Controller, unsaved: Unsaved) -> None:
     kept = deque(unsaved.history, maxlen=controller.history.maxlen)
     kept.extend(controller.history)
     controller.history = kept
+
+
+def decisions_only(state: ControllerState) -> ControllerState:
+    """The state without the cells' arm statistics: what a pooling host saves to the shared
+    tables, where every host would overwrite the others' statistics (the fleet's own tables
+    keep every host's, apart)."""
+    return replace(state, cells=tuple(replace(cell, arms=()) for cell in state.cells))
 
 
 def export_state(controller: Controller, keys: frozenset[CellKey] | None = None) -> ControllerState:

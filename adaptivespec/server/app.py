@@ -115,8 +115,9 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
         """Saves what changed since the last save; if the save fails, all of it is kept for the next."""
         async with lock:
             unsaved = persistence.take_unsaved(controller)
+            state = unsaved.state if fleet is None else persistence.decisions_only(unsaved.state)
             try:
-                await asyncio.to_thread(store.save, unsaved.state, unsaved.history)
+                await asyncio.to_thread(store.save, state, unsaved.history)
             except Exception:
                 persistence.give_back(controller, unsaved)
                 raise

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from sqlalchemy import text
 
 from adaptivespec.server.app import create_app
 from adaptivespec.server.state import SERVICES
@@ -69,6 +70,11 @@ async def test_a_new_daemon_starts_from_the_fleet_and_other_hardware_does_not(
     assert learned
     # closing writes its last flush
     await first.close()
+    store = Store(postgres_url, migrate=False)
+    with store.engine.connect() as connection:  # shared rows hold decisions, never one host's statistics
+        assert connection.execute(text("SELECT count(*) FROM decisions")).scalar() == len(learned)
+        assert connection.execute(text("SELECT count(*) FROM arm_stats")).scalar() == 0
+    store.close()
 
     second = await aiohttp_client(create_app(_fleet_config(tmp_path, postgres_url, "gpu-b")))
     controller = second.app[SERVICES].controller
