@@ -5,7 +5,9 @@ seed), a real tally, and real flushes and refreshes against the database, on its
 clock: the host whose clock is behind steps next, and it flushes every `--flush-seconds` and
 refreshes every `--refresh-seconds` of its clock, as a daemon would. Hosts run the schedule
 out of phase (host h starts 1/N of the way through it and wraps around), as hosts behind one
-load balancer sit at different load levels at any moment; `--stagger none` runs them in step.
+load balancer sit at different load levels at any moment; `--stagger none` runs them in step,
+and `--stagger join` starts host h at h/N of a lone host's run, in the same order: a fleet that
+grows while it serves, where each new host finds what the earlier ones measured.
 
 The lone host is the same controller without the database, over the same schedule order.
 """
@@ -58,7 +60,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     fleet.add_argument("--seed", type=int, default=0)
     fleet.add_argument("--flush-seconds", type=float, default=2.0, help="virtual seconds between flushes")
     fleet.add_argument("--refresh-seconds", type=float, default=5.0, help="virtual seconds between refreshes")
-    fleet.add_argument("--stagger", choices=("rotate", "none"), default="rotate")
+    fleet.add_argument("--stagger", choices=("rotate", "none", "join"), default="rotate")
     fleet.add_argument(
         "--window", type=int, default=WINDOW, help=f"steps of rolling goodput (default {WINDOW})"
     )
@@ -104,11 +106,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         oracle = oracle_from_sweep(sweep)
         targets = _targets(sweep, oracle, loop)
         lone = [_lone(loop, h, orders[h], bar) for h in range(args.hosts)]
+        joins = args.stagger == "join"
+        starts = [h * lone[0].clock / args.hosts if joins else 0.0 for h in range(args.hosts)]
         run_key = f"{loop.model_key} (bench fleet {uuid.uuid4().hex[:8]})"
         store = Store(args.db)
         try:
-            args.orders = orders
-            fleet, database, seconds = _fleet(loop, args, run_key, FleetRepository(store.engine), bar)
+            repository = FleetRepository(store.engine)
+            plan = list(zip(orders, starts, strict=True))
+            fleet, database, seconds = _fleet(loop, args, run_key, repository, bar, plan=plan)
         finally:
             store.close()
     report = {
@@ -161,7 +166,7 @@ def _database_costs(database: _Database, seconds: float) -> dict[str, Any]:
 
 
 def _order(host: int, hosts: int, phases: int, stagger: str) -> list[int]:
-    offset = round(host * phases / hosts) if stagger == "rotate" else 0
+    offset = round(host * phases / hosts) if stagger == "rotate" else 0  # "join" staggers in time
     return [(i + offset) % phases for i in range(phases)]
 
 
@@ -193,20 +198,28 @@ def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> _Host:
 
 
 def _fleet(
-    loop: SimLoop, args: argparse.Namespace, run_key: str, repository: FleetRepository, bar: tqdm[Any]
+    loop: SimLoop,
+    args: argparse.Namespace,
+    run_key: str,
+    repository: FleetRepository,
+    bar: tqdm[Any],
+    *,
+    plan: list[tuple[list[int], float]],
 ) -> tuple[list[_Host], _Database, float]:
+    """`plan`: each host's phase order and the virtual second it starts at."""
     database = _Database()
     hosts = []
-    for h, order in enumerate(args.orders):
+    for h, (order, start) in enumerate(plan):
         controller = Controller(run_key, loop.hardware_key, ControllerConfig(seed=h))
         host = _Host(h, controller, order, key=FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
+        host.clock = host.next_flush = host.next_refresh = start
         host.own_before = repository.own(_key(host))
         controller.tally = Tally(host.own_before)
         hosts.append(host)
     steppers = {
         h.index: loop.stepping(h.controller.live, h.results, _clocked(h), None, h.order) for h in hosts
     }
-    queue = [(0.0, h.index) for h in hosts]
+    queue = [(h.clock, h.index) for h in hosts]
     while queue:
         _, index = heapq.heappop(queue)
         host = hosts[index]

@@ -36,3 +36,36 @@ def test_bench_fleet_report_shape(
     store.close()
     assert sorted(h.host_id for h in hosts) == ["bench-host-0", "bench-host-1", "bench-host-2"]
     assert all(h.steps == 14 * 40 for h in hosts)  # every step of every host, flushed
+
+
+def test_bench_fleet_hosts_can_join_one_after_another(tmp_path: Path, postgres_url: str) -> None:
+    out = tmp_path / "join.json"
+    args = [
+        "bench",
+        "fleet",
+        "--hosts",
+        "2",
+        "--db",
+        postgres_url,
+        "--hardware",
+        "h100-sxm",
+        "--stagger",
+        "join",
+    ]
+    args += [
+        "--target",
+        "llama-3.1-8b",
+        "--draft",
+        "llama-3.2-1b",
+        "--steps-per-bucket",
+        "30",
+        "--window",
+        "10",
+    ]
+    assert main([*args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["stagger"] == "join" and len(report["fleet"]["steps_to_095_per_host"]) == 2
+    store = Store(postgres_url, migrate=False)
+    hosts = {h.host_id: h for h in FleetRepository(store.engine).hosts() if h.model_key == report["run_key"]}
+    store.close()
+    assert {h.steps for h in hosts.values()} == {14 * 30}  # the late host ran the whole schedule too
