@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from adaptivespec.errors import AdaptiveSpecError
 
 CONNECT_TIMEOUT_SECONDS = 5
 STATEMENT_TIMEOUT_MS = 15_000
+SQLITE_BUSY_MS = 5000
 MIGRATION_LOCK = 0x61647370  # pg_advisory_xact_lock key ("adsp"): one host migrates at a time
 
 
@@ -87,11 +90,25 @@ def _sqlite_path(url: URL) -> Path | None:
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: object) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+    _switch_to_wal(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """SQLite answers "database is locked" at once, without its busy handler, when daemons
+    starting together switch a new file to WAL at the same moment: so this waits and retries."""
+    deadline = time.monotonic() + SQLITE_BUSY_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def migrations_dir() -> Path:
