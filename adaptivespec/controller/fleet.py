@@ -2,8 +2,8 @@
 
 Hosts pool sufficient statistics, not decisions: per (cell, K) the step count and the sums and
 squares of goodput and step seconds; per (context bucket, draft position) the rows that kept a
-draft and the rows at risk of losing it. Sums add across hosts exactly, so the pooled view is
-one GROUP BY and a retried flush of absolute totals is idempotent.
+draft and the rows at risk of losing it. Sums add across hosts exactly, so the database keeps
+them summed (see `store.fleet`), and a retried flush of absolute totals is idempotent.
 
 What a host folds in is everyone else's totals plus its own from before this start (which the
 live cells no longer hold); the live cells keep only what this process measured. So nothing is
