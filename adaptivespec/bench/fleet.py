@@ -34,7 +34,7 @@ from adaptivespec.bench.learning_metrics import WINDOW, steps_to_match
 from adaptivespec.bench.oracle import ORACLE_ARMS, Oracle, oracle_from_sweep, ratio_to_oracle, summarise
 from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
-from adaptivespec.controller.fleet import FleetTotals, Tally, fold
+from adaptivespec.controller.fleet import Tally, fold
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
@@ -72,12 +72,11 @@ class _Host:
     index: int
     controller: Controller
     order: list[int]
+    key: FleetKey
     results: list[PhaseResult] = field(default_factory=list)
     clock: float = 0.0  # virtual seconds of decode steps
     next_flush: float = 0.0
     next_refresh: float = 0.0
-    key: FleetKey | None = None
-    own_before: FleetTotals = field(default_factory=FleetTotals)
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
 
@@ -192,7 +191,8 @@ def _steps_to_95(
 
 
 def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> _Host:
-    host = _Host(index, Controller(loop.model_key, loop.hardware_key, ControllerConfig(seed=index)), order)
+    controller = Controller(loop.model_key, loop.hardware_key, ControllerConfig(seed=index))
+    host = _Host(index, controller, order, FleetKey(f"lone-{index}", loop.model_key, loop.hardware_key))
     host.results = loop.run(host.controller.live, _clocked(host), bar.update, order)
     return host
 
@@ -211,10 +211,9 @@ def _fleet(
     hosts = []
     for h, (order, start) in enumerate(plan):
         controller = Controller(run_key, loop.hardware_key, ControllerConfig(seed=h))
-        host = _Host(h, controller, order, key=FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
+        host = _Host(h, controller, order, FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
         host.clock = host.next_flush = host.next_refresh = start
-        host.own_before = repository.own(_key(host))
-        controller.tally = Tally(host.own_before)
+        controller.tally = Tally(repository.own(host.key))
         hosts.append(host)
     steppers = {
         h.index: loop.stepping(h.controller.live, h.results, _clocked(h), None, h.order) for h in hosts
@@ -241,19 +240,13 @@ def _clocked(host: _Host) -> Callable[[StepTelemetry], None]:
     return on_step
 
 
-def _key(host: _Host) -> FleetKey:
-    if host.key is None:
-        raise ValueError("a fleet host needs a key")
-    return host.key
-
-
 def _sync(host: _Host, repository: FleetRepository, database: _Database, args: argparse.Namespace) -> None:
     if host.clock >= host.next_flush:
         _flush(host, repository, database)
         host.next_flush = host.clock + args.flush_seconds
     if host.clock >= host.next_refresh:
         began = time.perf_counter()
-        fold(host.controller, repository.pooled(_key(host)), host.own_before)
+        fold(host.controller, repository.pooled(host.key))
         database.refresh_ms.append((time.perf_counter() - began) * 1000)
         host.next_refresh = host.clock + args.refresh_seconds
 
@@ -263,7 +256,7 @@ def _flush(host: _Host, repository: FleetRepository, database: _Database) -> Non
     if tally is None:
         return
     began = time.perf_counter()
-    database.rows += repository.flush(_key(host), tally.take_changes(), tally.steps, host.started_at)
+    database.rows += repository.flush(host.key, tally.take_changes(), tally.all_steps, host.started_at)
     database.flush_ms.append((time.perf_counter() - began) * 1000)
 
 

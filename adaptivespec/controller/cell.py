@@ -103,6 +103,8 @@ class Cell:
 
     def times(self) -> dict[int, EWStat]:
         """Step seconds per K: this host's, beside the fleet's (each weighing at most one window)."""
+        if not self.fleet:
+            return self.seconds  # a host alone: nothing to merge on every step
         if self._times is None:
             window = self.settings.effective_samples
             arms = self.seconds.keys() | self.fleet.keys()

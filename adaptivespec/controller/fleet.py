@@ -142,6 +142,11 @@ class Tally:
         """Steps of this life."""
         return sum(a.steps for a in self._arms.values())
 
+    @property
+    def all_steps(self) -> int:
+        """Steps of every life: what the host's row in the fleet counts."""
+        return self.baseline.steps + self.steps
+
     def take_changes(self) -> FleetTotals:
         """The absolute totals (all lives) of every row that changed since the last flush; they
         count as flushed until `give_back`. Absolute, so a flush retried after it did commit
@@ -157,25 +162,23 @@ class Tally:
         self._changed_positions |= changes.acceptance.keys()
 
     def _absolute_arm(self, key: ArmKey) -> ArmTotals:
-        mine = self._arms[key]
-        before = self.baseline.arms.get(key)
-        return mine.plus(before) if before is not None else mine.plus(ArmTotals())
+        return self._arms[key].plus(self.baseline.arms.get(key, ArmTotals()))
 
     def _absolute_position(self, pos: PositionKey) -> PositionTotals:
-        mine = self._acceptance[pos]
-        before = self.baseline.acceptance.get(pos)
-        return mine.plus(before) if before is not None else mine.plus(PositionTotals())
+        return self._acceptance[pos].plus(self.baseline.acceptance.get(pos, PositionTotals()))
 
 
-def fold(controller: Controller, view: FleetView, own_before: FleetTotals) -> None:
-    """Puts what other hosts (and this host's earlier lives) measured beside the cells' own
-    measurements, then publishes: a cell only the fleet visited decides from the fleet's data.
+def fold(controller: Controller, view: FleetView) -> None:
+    """Puts what other hosts (and this host's earlier lives: its tally's baseline) measured beside
+    the cells' own measurements, then publishes: a cell only the fleet visited decides from the
+    fleet's data.
 
     Republishing walks every cell (unvisited ones search for a neighbour to borrow from), which
     costs milliseconds on the event loop, so it happens only when a decision changed here.
     """
     published_before = _decisions(controller)
-    evidence = view.totals.plus(own_before)
+    earlier_lives = controller.tally.baseline if controller.tally is not None else FleetTotals()
+    evidence = view.totals.plus(earlier_lives)
     by_cell: dict[tuple[int, int], dict[int, ArmTotals]] = {}
     for (ctx, batch, k), totals in evidence.arms.items():
         if k in controller.config.settings.arms and totals.steps > 0:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.fleet import FleetTotals, Tally, fold
+from adaptivespec.controller.fleet import Tally, fold
 from adaptivespec.store.fleet import FleetKey, FleetRepository
 
 log = logging.getLogger(__name__)
@@ -75,13 +75,11 @@ class FleetSync:
         self.refresh_seconds = refresh_seconds
         self.status = FleetStatus()
         self.started_at = datetime.now(timezone.utc)
-        self._own_before = FleetTotals()
 
     async def start(self) -> None:
         """Reads what this host id flushed before, then folds in the fleet's view before the
         first step, so a new host starts from what the others learned."""
-        self._own_before = await asyncio.to_thread(self.repository.own, self.key)
-        self.controller.tally = Tally(self._own_before)
+        self.controller.tally = Tally(await asyncio.to_thread(self.repository.own, self.key))
         await self.refresh()
 
     async def run(self) -> None:
@@ -101,9 +99,9 @@ class FleetSync:
         if tally is None:
             return
         changes = tally.take_changes()
-        steps = self._own_before.steps + tally.steps
         try:
-            rows = await asyncio.to_thread(self.repository.flush, self.key, changes, steps, self.started_at)
+            flush = self.repository.flush
+            rows = await asyncio.to_thread(flush, self.key, changes, tally.all_steps, self.started_at)
         except BaseException:
             tally.give_back(changes)
             raise
@@ -114,7 +112,7 @@ class FleetSync:
     async def refresh(self) -> None:
         began = time.perf_counter()
         view = await asyncio.to_thread(self.repository.pooled, self.key)
-        fold(self.controller, view, self._own_before)
+        fold(self.controller, view)
         self.status.refresh_seconds = time.perf_counter() - began
         self.status.last_refresh_at = time.time()
         self.status.hosts = view.hosts

@@ -51,9 +51,7 @@ def _host(repository: FleetRepository, host_id: str, hardware: str = HARDWARE) -
 def _flush(repository: FleetRepository, controller: Controller, key: FleetKey) -> int:
     tally = controller.tally
     assert tally is not None
-    return repository.flush(
-        key, tally.take_changes(), tally.baseline.steps + tally.steps, datetime.now(timezone.utc)
-    )
+    return repository.flush(key, tally.take_changes(), tally.all_steps, datetime.now(timezone.utc))
 
 
 def _run(controller: Controller, phases: tuple[Phase, ...], seed: int = 0) -> None:
@@ -180,7 +178,7 @@ def test_a_retried_flush_counts_nothing_twice(repository: FleetRepository) -> No
     assert tally is not None
     changes = tally.take_changes()
     now = datetime.now(timezone.utc)
-    repository.flush(key, changes, tally.steps, now)
+    repository.flush(key, changes, tally.all_steps, now)
     # The client timed out after the commit: the rows go back and the retry writes them again.
     tally.give_back(changes)
     _flush(repository, controller, key)
@@ -213,7 +211,7 @@ def test_a_new_host_starts_from_what_the_fleet_learned_and_other_hardware_does_n
     newcomer, new_key = _host(repository, "newcomer")
     view = repository.pooled(new_key)
     assert view.hosts == 1 and view.totals.steps == 900
-    fold(newcomer, view, repository.own(new_key))
+    fold(newcomer, view)
     assert newcomer.ingested == 0
     pooled = {(d.ctx_bucket, d.batch_bucket): d for d in newcomer.decisions()}
     assert {cell: d.k for cell, d in pooled.items()} == learned
@@ -234,7 +232,7 @@ def test_refreshing_twice_does_not_double_the_evidence(repository: FleetReposito
     newcomer, new_key = _host(repository, "newcomer")
     _run(newcomer, (Phase(8, 20),), seed=3)
     for _ in range(3):
-        fold(newcomer, repository.pooled(new_key), repository.own(new_key))
+        fold(newcomer, repository.pooled(new_key))
     cells = newcomer.cells.values()
     assert sum(s.count for cell in cells for s in cell.fleet.values()) == 200  # the veteran's, once
     assert sum(cell.samples for cell in cells) == 20  # its own, apart
