@@ -64,7 +64,9 @@ class EngineConfig:
     max_queued: int = 256
     max_context: int = 1024
     max_spec_tokens: int = 8
-    max_prefill_tokens: int = 0  # 0: max(8192, max_context)
+    # Prompt tokens one step may prefill; longer prompts go in chunks over several steps.
+    max_prefill_tokens: int = 512
+    prefill_chunk_tokens: int = 0  # prompt tokens per step while streams decode; 0 = paced by measurement
     telemetry_queue: int = 4096
     seed: int = 0
     models: ModelConfig = field(default_factory=ModelConfig)
@@ -76,11 +78,12 @@ class EngineConfig:
         _require(
             0 <= self.max_spec_tokens <= 64, f"max_spec_tokens must be in [0, 64], got {self.max_spec_tokens}"
         )
-        if self.max_prefill_tokens == 0:
-            object.__setattr__(self, "max_prefill_tokens", max(8192, self.max_context))
         _require(
-            self.max_prefill_tokens >= self.max_context,
-            "max_prefill_tokens must be >= max_context, or a full-length prompt could never be admitted",
+            self.max_prefill_tokens >= 1, f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}"
+        )
+        _require(
+            self.prefill_chunk_tokens >= 0,
+            f"prefill_chunk_tokens must be >= 0 (0 = paced), got {self.prefill_chunk_tokens}",
         )
         _require(self.telemetry_queue >= 1, "telemetry_queue must be >= 1")
 

@@ -19,31 +19,25 @@ from typing import Any
 
 import torch
 
-from adaptivespec.bench import calibrate, control, controller, engine, fleet, serve
+from adaptivespec.bench import calibrate, control, controller, engine, fleet, serve, workload
+from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
 from adaptivespec.config import DEMO_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.loader import LoadedModels, load_runner
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
-
-
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = commands.add_parser("bench", help="measure the engine side by side")
     kinds = bench.add_subparsers(dest="bench", required=True)
     steps = kinds.add_parser("steps", help="decode-step time against batch size and K")
-    steps.add_argument("--batches", type=_ints, default=[1, 2, 4, 8, 16, 32, 64])
-    steps.add_argument("--ks", type=_ints, default=[0, 1, 2, 4, 8])
+    steps.add_argument("--batches", type=integers, default=[1, 2, 4, 8, 16, 32, 64])
+    steps.add_argument("--ks", type=integers, default=[0, 1, 2, 4, 8])
     steps.add_argument("--context", type=int, default=128)
     steps.add_argument("--steps", type=int, default=8)
     cache = kinds.add_parser("cache", help="our slot KV cache against transformers' DynamicCache")
     cache.add_argument("--batch", type=int, default=16)
-    cache.add_argument("--contexts", type=_ints, default=[128, 1024])
+    cache.add_argument("--contexts", type=integers, default=[128, 1024])
     cache.add_argument("--steps", type=int, default=10)
     accept = kinds.add_parser("acceptance", help="greedy acceptance at K=1 on held-out text")
     accept.add_argument("--prompts", type=int, default=32)
@@ -55,6 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     controller.register(kinds)
     serve.register(kinds)
     engine.register(kinds)
+    workload.register(kinds)
     for parser in (steps, cache, accept):
         parser.add_argument("--target", default=DEMO_MODEL)
         parser.add_argument("--draft", default=DEMO_MODEL)
@@ -71,6 +66,7 @@ def run(args: argparse.Namespace) -> None:
         "controller": controller.run,
         "serve": serve.run,
         "engine": engine.run,
+        "workload": workload.run,
     }
     if args.bench in commands:
         commands[args.bench](args)

@@ -64,11 +64,16 @@ class CachedModel:
         self.clock.add(time.perf_counter() - began)
         return out.logits
 
-    def prefill(self, row_start: int, prompts: list[list[int]]) -> torch.Tensor:
-        """Left-padded batched prefill of whole prompts; returns each row's last logits [n, V]."""
-        count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.device)
-        layout = RaggedLayout.build(torch.zeros_like(count), count, self.cache_len)
+    def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
+        """Left-padded batched prefill; row r's chunk lands at columns [starts[r], ...).
+
+        Returns each row's last logits [n, V]. A chunk after the first attends to the columns
+        its earlier chunks wrote, so a prompt fed in pieces gives the same cache as one pass.
+        """
+        count = torch.tensor([len(c) for c in chunks], dtype=torch.long, device=self.device)
+        start = torch.tensor(starts, dtype=torch.long, device=self.device)
+        layout = RaggedLayout.build(start, count, self.cache_len)
         ids = torch.zeros(layout.cols.shape, dtype=torch.long, device=self.device)
-        for r, prompt in enumerate(prompts):
-            ids[r, ids.shape[1] - len(prompt) :] = torch.tensor(prompt, device=self.device)
+        for r, chunk in enumerate(chunks):
+            ids[r, ids.shape[1] - len(chunk) :] = torch.tensor(chunk, device=self.device)
         return self.forward(row_start, ids, layout, last_only=True)[:, -1]

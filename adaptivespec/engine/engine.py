@@ -20,6 +20,7 @@ from typing import TypeVar
 from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.intake import Intake
+from adaptivespec.engine.prefill_pacer import PrefillPacer
 from adaptivespec.engine.runner import PrefillItem, Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import RowMoves, Scheduler
@@ -87,6 +88,7 @@ class Engine:
         self.config = config
         self.telemetry = telemetry or TelemetryBus(config.telemetry_queue)
         self.scheduler = Scheduler(config.max_batch, config.max_queued, config.max_prefill_tokens)
+        self.pacer = PrefillPacer(config.max_prefill_tokens, config.prefill_chunk_tokens)
         self.intake = Intake(tokenizer, config.max_context, runner.vocab_rows, config.seed)
         self._wakeup = asyncio.Event()
         self._owns_executor = compute is None
@@ -191,10 +193,7 @@ class Engine:
 
     def _end_all(self, reason: str, error: str | None = None) -> None:
         """Ends every running and waiting request with `reason`."""
-        for sequence in self.scheduler.running:
-            sequence.fail(reason, error)
-        self.scheduler.running.clear()
-        self.scheduler.drain_waiting(reason, error)
+        self.scheduler.end_all(reason, error)
 
     async def step(self) -> None:
         """One iteration: newcomers are admitted and prefilled, then the batch decodes one step.
@@ -210,22 +209,31 @@ class Engine:
             await asyncio.sleep(0)
 
     async def _admit(self) -> None:
+        """Prefills newcomers, or the next chunk of a long prompt, within the pacer's budget."""
         moves = self.scheduler.compact()  # rows of finished requests are freed first
-        admission = self.scheduler.admit()
+        decoding = bool(self.scheduler.running)
+        admission = self.scheduler.admit(self.pacer.budget(decoding, self.scheduler.prompts_waiting))
         await self._move(moves)
-        if not admission.sequences:
+        if not admission.chunks:
             return
-        items = [PrefillItem(s.prompt_ids, s.params, s.seed) for s in admission.sequences]
+        items = [
+            PrefillItem(c.sequence.prompt_ids, c.sequence.params, c.sequence.seed, c.start, c.end)
+            for c in admission.chunks
+        ]
         try:
-            first_tokens = (await self._compute(self.runner.prefill, admission.row_start, items)).first_tokens
+            out = await self._compute(self.runner.prefill, admission.row_start, items)
         except Exception as exc:  # contained: only these requests fail
             log.exception("prefill failed")
-            for sequence in admission.sequences:
-                sequence.fail("error", f"prefill failed: {type(exc).__name__}")
+            for chunk in admission.chunks:
+                chunk.sequence.fail("error", f"prefill failed: {type(exc).__name__}")
             return
-        for sequence, token in zip(admission.sequences, first_tokens, strict=True):
-            self.totals.prompt_tokens += len(sequence.prompt_ids)
-            self.totals.generation_tokens += sequence.add_tokens([token], self.runner.eos_token_ids)
+        fed = sum(c.end - c.start for c in admission.chunks)
+        self.pacer.prefilled(fed, out.seconds, decoding)
+        for chunk, token in zip(admission.chunks, out.first_tokens, strict=True):
+            if token is None:
+                continue  # more of its prompt goes in next step
+            self.totals.prompt_tokens += len(chunk.sequence.prompt_ids)
+            self.totals.generation_tokens += chunk.sequence.add_tokens([token], self.runner.eos_token_ids)
 
     async def _decode(self) -> None:
         await self._move(self.scheduler.compact())  # some may have finished at their first token
@@ -242,6 +250,7 @@ class Engine:
                 sequence.fail("error", f"decode step failed: {type(exc).__name__}")
             return
         self.steps += 1
+        self.pacer.decoded(out.step_seconds)
         kept = 0
         for sequence, tokens, drafted, accepted in zip(
             batch, out.tokens, out.drafted, out.accepted, strict=True

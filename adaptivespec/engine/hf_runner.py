@@ -66,21 +66,26 @@ class HFRunner:
 
     @torch.inference_mode()
     def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput:
-        prompts = [item.prompt for item in items]
-        count = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.device)
+        began = time.perf_counter()
+        chunks, starts = [item.chunk for item in items], [item.start for item in items]
         for r, item in enumerate(items):
-            self.rows.tokens[row_start + r, : len(item.prompt)] = torch.tensor(
-                item.prompt, device=self.device
-            )
-            self._set_sampling(row_start + r, item)
-        logits = self.target.prefill(row_start, prompts)  # [n, V]
-        rows = slice(row_start, row_start + len(items))
-        first = next_tokens(logits, self._sampling(rows))
-        self.rows.tokens[rows].scatter_(1, count.unsqueeze(1), first.unsqueeze(1))
-        self.rows.lens[rows] = count + 1
+            if item.completes:
+                self.rows.tokens[row_start + r, : len(item.prompt)] = torch.tensor(
+                    item.prompt, device=self.device
+                )
+                self._set_sampling(row_start + r, item)
+        logits = self.target.prefill(row_start, chunks, starts)  # [n, V]
         if self.proposer is not None:
-            self.proposer.prefill(row_start, prompts)
-        return PrefillOutput(first.tolist())
+            self.proposer.prefill(row_start, chunks, starts)
+        ends = torch.tensor([item.stop for item in items], dtype=torch.long, device=self.device)
+        self.rows.lens[row_start : row_start + len(items)] = ends  # what the cache holds so far
+        done = sum(1 for item in items if item.completes)  # only the last item may stop short
+        rows = slice(row_start, row_start + done)
+        first = next_tokens(logits[:done], self._sampling(rows))
+        self.rows.tokens[rows].scatter_(1, ends[:done].unsqueeze(1), first.unsqueeze(1))
+        self.rows.lens[rows] += 1
+        tokens: list[int | None] = list(first.tolist())
+        return PrefillOutput(tokens + [None] * (len(items) - done), time.perf_counter() - began)
 
     @torch.inference_mode()
     def decode(self, batch: int, k: int) -> DecodeOutput:

@@ -32,7 +32,7 @@ class Proposer(Protocol):
     @property
     def nbytes(self) -> int: ...
 
-    def prefill(self, row_start: int, prompts: list[list[int]]) -> None: ...
+    def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> None: ...
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal: ...
 
@@ -69,10 +69,10 @@ class DraftModelProposer:
     def nbytes(self) -> int:
         return self.draft.cache.nbytes
 
-    def prefill(self, row_start: int, prompts: list[list[int]]) -> None:
-        self.draft.prefill(row_start, prompts)
-        lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.cached.device)
-        self.cached[row_start : row_start + len(prompts)] = lengths
+    def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> None:
+        self.draft.prefill(row_start, chunks, starts)
+        ends = [start + len(chunk) for chunk, start in zip(chunks, starts, strict=True)]
+        self.cached[row_start : row_start + len(chunks)] = torch.tensor(ends, device=self.cached.device)
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
         lens = rows.lens[:batch]
@@ -129,7 +129,7 @@ class NgramProposer:
     def nbytes(self) -> int:
         return 0
 
-    def prefill(self, row_start: int, prompts: list[list[int]]) -> None:
+    def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> None:
         return None
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:

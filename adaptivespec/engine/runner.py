@@ -15,14 +15,39 @@ from adaptivespec.engine.sampling import SamplingParams
 
 @dataclass(frozen=True, slots=True)
 class PrefillItem:
-    prompt: list[int]
+    """Feeds prompt[start:end] into the row's cache; the chunk that reaches the end samples.
+
+    A long prompt is fed in chunks across steps, so that the streams already decoding keep
+    their cadence; the earlier chunks' tokens are already in the cache at columns [0, start).
+    """
+
+    prompt: list[int]  # the whole prompt
     params: SamplingParams
     seed: int  # the request's seed, or one drawn by the engine
+    start: int = 0
+    end: int | None = None  # None: the end of the prompt
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.stop <= len(self.prompt):
+            raise ValueError(f"a prefill chunk needs 0 <= start < end <= {len(self.prompt)}")
+
+    @property
+    def stop(self) -> int:
+        return len(self.prompt) if self.end is None else self.end
+
+    @property
+    def chunk(self) -> list[int]:
+        return self.prompt[self.start : self.stop]
+
+    @property
+    def completes(self) -> bool:
+        return self.stop == len(self.prompt)
 
 
 @dataclass(frozen=True, slots=True)
 class PrefillOutput:
-    first_tokens: list[int]
+    first_tokens: list[int | None]  # per item; None for a chunk that does not finish its prompt
+    seconds: float  # what the prefill took, on the runner's clock (the sim's is virtual)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +72,9 @@ class Runner(Protocol):
 
     def describe(self) -> str: ...
 
-    def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput: ...
+    def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput:
+        """Items fill rows [row_start, row_start + n); only the last may stop short of its end."""
+        ...
 
     def decode(self, batch: int, k: int) -> DecodeOutput: ...
 

@@ -1,7 +1,9 @@
 """Continuous batching: which requests run, in which KV-cache row, and who waits.
 
 Running sequences always occupy rows [0, B). When some leave, survivors from the tail move
-into the holes (disjoint source and destination rows, so the runner can copy in one go).
+into the holes (disjoint destination rows; the runner copies in one go, reading before it
+writes). A prompt longer than a step's prefill budget is fed in chunks over several steps;
+meanwhile it holds row B, outside the decoding batch, and decodes once its last chunk is in.
 """
 
 from __future__ import annotations
@@ -19,10 +21,31 @@ class RowMoves:
     dsts: list[int]
 
 
+# The smallest chunk that starts a prompt behind others in the same step; fewer tokens than
+# this would buy a whole extra step of prefill for almost nothing.
+MIN_CHUNK = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PromptChunk:
+    sequence: Sequence
+    start: int  # prompt tokens already prefilled
+    end: int
+
+    @property
+    def completes(self) -> bool:
+        return self.end == len(self.sequence.prompt_ids)
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     row_start: int
-    sequences: list[Sequence]
+    chunks: list[PromptChunk]  # rows row_start, row_start + 1, ...; only the last may not complete
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        """Those whose prompt is complete after this step: they join the decoding batch."""
+        return [chunk.sequence for chunk in self.chunks if chunk.completes]
 
 
 class Scheduler:
@@ -32,10 +55,16 @@ class Scheduler:
         self.max_prefill_tokens = max_prefill_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.partial: Sequence | None = None  # a prompt part-way through a chunked prefill, at row B
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.partial)
+
+    @property
+    def prompts_waiting(self) -> int:
+        """Requests whose prompt is not fully prefilled yet, the one part-way through included."""
+        return len(self.waiting) + (self.partial is not None)
 
     def add(self, sequence: Sequence) -> None:
         if len(self.waiting) >= self.max_queued:
@@ -61,27 +90,65 @@ class Scheduler:
             dsts.append(hole)
             sequence.slot = hole
         self.running = sorted(survivors + movers, key=lambda s: s.slot)
+        partial = self._live_partial()
+        if partial is not None and partial.slot != len(self.running):  # it follows the batch down
+            srcs.append(partial.slot)
+            dsts.append(len(self.running))
+            partial.slot = len(self.running)
         return RowMoves(srcs, dsts)
 
-    def admit(self) -> Admission:
-        """Moves waiting sequences into free rows, within the prefill token budget."""
+    def admit(self, budget: int | None = None) -> Admission:
+        """Feeds prompts into free rows, first come first served, within `budget` prompt tokens.
+
+        The prompt that overflows the budget is fed as far as the budget allows and continues
+        next step; no one behind it is admitted before it completes. `budget` is capped by
+        max_prefill_tokens, which bounds a prefill's activations.
+        """
+        left = self.max_prefill_tokens if budget is None else max(1, min(budget, self.max_prefill_tokens))
         row_start = len(self.running)
-        admitted: list[Sequence] = []
-        budget = self.max_prefill_tokens
-        while self.waiting and row_start + len(admitted) < self.max_batch:
-            head = self.waiting[0]
-            if head.aborted:
-                self.waiting.popleft().fail("abort")
-                continue
-            if admitted and len(head.prompt_ids) > budget:
+        chunks: list[PromptChunk] = []
+        while row_start + len(chunks) < self.max_batch:
+            sequence = self._next_prompt()
+            if sequence is None or (chunks and left < min(MIN_CHUNK, self._remaining(sequence))):
                 break
-            budget -= len(head.prompt_ids)
-            sequence = self.waiting.popleft()
-            sequence.slot = row_start + len(admitted)
+            start = sequence.prefilled
+            end = min(len(sequence.prompt_ids), start + left)
+            left -= end - start
+            chunks.append(self._place(sequence, start, end, row_start + len(chunks)))
+            if end < len(sequence.prompt_ids):
+                break
+        self.running.extend(c.sequence for c in chunks if c.completes)
+        return Admission(row_start, chunks)
+
+    def _next_prompt(self) -> Sequence | None:
+        """The partial prompt if there is one, else the first live request in the queue."""
+        if self.partial is not None:
+            return self.partial
+        while self.waiting and self.waiting[0].aborted:
+            self.waiting.popleft().fail("abort")
+        return self.waiting[0] if self.waiting else None
+
+    def _place(self, sequence: Sequence, start: int, end: int, row: int) -> PromptChunk:
+        if sequence is not self.partial:
+            self.waiting.popleft()
+            sequence.slot = row
             sequence.status = Status.RUNNING
-            admitted.append(sequence)
-        self.running.extend(admitted)
-        return Admission(row_start, admitted)
+        sequence.prefilled = end
+        chunk = PromptChunk(sequence, start, end)
+        self.partial = None if chunk.completes else sequence
+        return chunk
+
+    @staticmethod
+    def _remaining(sequence: Sequence) -> int:
+        return len(sequence.prompt_ids) - sequence.prefilled
+
+    def _live_partial(self) -> Sequence | None:
+        partial = self.partial
+        if partial is not None and partial.aborted:
+            partial.fail("abort")
+        if partial is not None and partial.finished:  # aborted, or its chunk failed
+            self.partial = partial = None
+        return partial
 
     def _drop_aborted(self) -> None:
         for sequence in self.waiting:
@@ -89,6 +156,13 @@ class Scheduler:
                 sequence.fail("abort")
         self.waiting = deque(s for s in self.waiting if not s.aborted)
 
-    def drain_waiting(self, reason: str, error: str | None = None) -> None:
+    def end_all(self, reason: str, error: str | None = None) -> None:
+        """Ends every request: decoding, part-way through its prefill, and waiting."""
+        for sequence in self.running:
+            sequence.fail(reason, error)
+        self.running.clear()
+        if self.partial is not None:
+            self.partial.fail(reason, error)
+            self.partial = None
         while self.waiting:
             self.waiting.popleft().fail(reason, error)

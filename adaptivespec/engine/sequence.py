@@ -53,6 +53,7 @@ class Sequence:
         self.status = Status.WAITING
         self.aborted = False
         self.slot = -1
+        self.prefilled = 0  # prompt tokens in the KV cache; below the prompt's length while chunked
         self.stats = SequenceStats()
         self.events: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self._sent_text = ""

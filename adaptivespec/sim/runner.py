@@ -38,13 +38,14 @@ class SimRunner:
         return f"sim runner: {self.model_key} on {self.hardware_key} (virtual clock)"
 
     def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput:
-        rows = slice(row_start, row_start + len(items))
-        lengths = np.array([len(item.prompt) for item in items])
-        self._alpha[rows] = self.acceptance.draw(self._rng, len(items))
-        self._context[rows] = lengths + 1
-        seconds = self.cost.prefill_seconds(int(lengths.sum()), len(items))
+        fresh = [row_start + r for r, item in enumerate(items) if item.start == 0]
+        self._alpha[fresh] = self.acceptance.draw(self._rng, len(fresh))  # a new request's own rate
+        for r, item in enumerate(items):
+            self._context[row_start + r] = item.stop + int(item.completes)
+        fed = sum(item.stop - item.start for item in items)
+        seconds = self.cost.prefill_seconds(fed, len(items))
         self.clock += seconds
-        return PrefillOutput([_FILLER[0]] * len(items))
+        return PrefillOutput([_FILLER[0] if item.completes else None for item in items], seconds)
 
     def decode(self, batch: int, k: int) -> DecodeOutput:
         k = min(k, self.max_spec_tokens)

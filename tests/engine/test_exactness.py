@@ -10,6 +10,7 @@ import torch
 from adaptivespec.controller.policy import FixedK, StaticTable
 from adaptivespec.engine.engine import Completion, Engine
 from adaptivespec.engine.loader import load_runner
+from adaptivespec.engine.runner import PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import SamplingParams
 
 from ..conftest import TinyPair, engine_config
@@ -29,10 +30,23 @@ GREEDY = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
 
 
 async def _run(
-    pair: TinyPair, proposer: str, policy: FixedK | StaticTable, staggered: bool
+    pair: TinyPair,
+    proposer: str,
+    policy: FixedK | StaticTable,
+    staggered: bool,
+    prefills: list[PrefillItem] | None = None,
+    **limits: int,
 ) -> list[Completion]:
-    config = engine_config(pair, proposer)
+    config = engine_config(pair, proposer, **limits)
     loaded = load_runner(config, progress=False)
+    if prefills is not None:
+        prefill = loaded.runner.prefill
+
+        def recording(row_start: int, items: list[PrefillItem]) -> PrefillOutput:
+            prefills.extend(items)
+            return prefill(row_start, items)
+
+        loaded.runner.prefill = recording  # type: ignore[method-assign]
     engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
     await engine.start()
     try:
@@ -96,3 +110,17 @@ def test_policy_switching_mid_stream_stays_exact(tiny_pair: TinyPair, baseline: 
     outputs = asyncio.run(_run(tiny_pair, "draft", flapping, staggered=True))
     for plain, spec in zip(baseline, outputs, strict=True):
         assert spec.token_ids == plain.token_ids
+
+
+@pytest.mark.parametrize("proposer", ["draft", "ngram"])
+def test_prompts_fed_in_chunks_between_decode_steps_stay_exact(
+    tiny_pair: TinyPair, baseline: list[Completion], proposer: str
+) -> None:
+    """Later groups arrive while the first decodes, so their prompts go in 5 tokens a step,
+    into both the target's and the draft's caches, and the first token comes after the last."""
+    prefills: list[PrefillItem] = []
+    outputs = asyncio.run(_run(tiny_pair, proposer, FixedK(2), True, prefills, prefill_chunk_tokens=5))
+    for plain, chunked in zip(baseline, outputs, strict=True):
+        assert chunked.token_ids == plain.token_ids
+    assert any(not item.completes for item in prefills), "no prompt was split"
+    assert any(item.start > 0 and item.completes for item in prefills), "no prompt was finished in pieces"

@@ -58,3 +58,44 @@ def test_aborted_requests_do_not_hold_places_in_the_queue() -> None:
     scheduler.add(_sequence())
     assert gone[0].finished and gone[0].events.get_nowait().finish_reason == "abort"
     assert len(scheduler.waiting) == 2
+
+
+def test_a_long_prompt_goes_in_chunks_and_holds_the_row_after_the_batch() -> None:
+    scheduler = Scheduler(max_batch=4, max_queued=10, max_prefill_tokens=100)
+    decoding, long, short = _sequence(3), _sequence(50), _sequence(4)
+    for sequence in (decoding, long, short):
+        scheduler.add(sequence)
+    first = scheduler.admit(budget=20)
+    assert [(c.sequence, c.start, c.end) for c in first.chunks] == [(decoding, 0, 3), (long, 0, 17)]
+    assert scheduler.running == [decoding] and scheduler.partial is long and long.slot == 1
+    second = scheduler.admit(budget=20)  # the partial continues; the short prompt waits behind it
+    assert [(c.sequence, c.start, c.end) for c in second.chunks] == [(long, 17, 37)]
+    assert second.sequences == [] and list(scheduler.waiting) == [short]
+    third = scheduler.admit(budget=20)  # the long prompt completes, and the short one fits after it
+    assert [(c.sequence, c.start, c.end) for c in third.chunks] == [(long, 37, 50), (short, 0, 4)]
+    assert third.row_start == 1 and scheduler.running == [decoding, long, short]
+    assert scheduler.partial is None
+
+
+def test_the_partial_row_follows_the_batch_down_and_is_dropped_when_aborted() -> None:
+    scheduler = Scheduler(max_batch=4, max_queued=10, max_prefill_tokens=100)
+    a, b, long = _sequence(3), _sequence(3), _sequence(60)
+    for sequence in (a, b, long):
+        scheduler.add(sequence)
+    scheduler.admit(budget=30)  # a and b whole, then 24 tokens of the long prompt at row 2
+    assert long.slot == 2 and long.prefilled == 24
+    a.fail("stop")
+    moves = scheduler.compact()  # b moves into row 0, the partial into row 1 (b's old row)
+    assert (moves.srcs, moves.dsts) == ([1, 2], [0, 1])
+    assert b.slot == 0 and long.slot == 1
+    long.abort()
+    assert scheduler.compact().srcs == [] and scheduler.partial is None
+    assert long.finished and long.events.get_nowait().finish_reason == "abort"
+
+
+def test_no_prompt_starts_behind_another_on_a_sliver_of_budget() -> None:
+    scheduler = Scheduler(max_batch=4, max_queued=10, max_prefill_tokens=100)
+    for length in (15, 40):
+        scheduler.add(_sequence(length))
+    admission = scheduler.admit(budget=20)  # 5 tokens left: too few to start the 40-token prompt
+    assert [c.end for c in admission.chunks] == [15] and scheduler.partial is None

@@ -1,0 +1,65 @@
+"""OpenVINO GenAI as a `bench workload` peer: the same model, converted once, in its own Python.
+
+optimum-intel pins an older transformers than ours, so OpenVINO lives in a separate
+environment, named by `--openvino-python`: the model directory we serve is exported there
+with `optimum-cli export openvino` (fp32 weights, as ours), and `openvino_worker.py` serves
+the same requests with its continuous-batching pipeline, with or without prompt lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from adaptivespec.bench.traffic import Request, Served
+from adaptivespec.engine.model_cache import cache_dir
+
+WORKER = Path(__file__).with_name("openvino_worker.py")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenVINO:
+    python: Path  # the environment's interpreter; optimum-cli sits beside it
+    model_dir: Path  # the exported model
+    max_seqs: int
+
+    @classmethod
+    def prepare(cls, python: Path, source_dir: str, max_seqs: int) -> OpenVINO:
+        """Exports the model on first use; later runs reuse the export."""
+        if not python.exists():
+            raise SystemExit(
+                f"--openvino-python {python} does not exist; see docs/benchmarks.md for the setup"
+            )
+        tag = hashlib.sha256(str(Path(source_dir).resolve()).encode()).hexdigest()[:12]
+        out = cache_dir() / "openvino" / f"{Path(source_dir).name}-{tag}-fp32"
+        if not (out / "openvino_model.xml").exists():
+            print(f"exporting {source_dir} to OpenVINO (fp32) in {out} ...", flush=True)
+            cli = python.parent / "optimum-cli"
+            command = [str(cli), "export", "openvino", "--model", source_dir]
+            command += ["--task", "text-generation-with-past", "--weight-format", "fp32", str(out)]
+            subprocess.run(command, check=True)
+        return cls(python, out, max_seqs)
+
+    def serve(self, traffic: list[Request], lookup_k: int) -> tuple[list[Served], dict[str, str]]:
+        spec = {
+            "model_dir": str(self.model_dir),
+            "lookup_k": lookup_k,
+            "max_seqs": self.max_seqs,
+            "requests": [
+                {"arrival": r.arrival, "prompt": r.prompt, "max_tokens": r.max_tokens} for r in traffic
+            ],
+        }
+        with tempfile.TemporaryDirectory() as scratch:
+            spec_path, out_path = Path(scratch) / "spec.json", Path(scratch) / "out.json"
+            spec_path.write_text(json.dumps(spec))
+            subprocess.run([str(self.python), str(WORKER), str(spec_path), str(out_path)], check=True)
+            result = json.loads(out_path.read_text())
+        served = [
+            Served(request, s["sent"], s["chunk_times"], s["tokens"])
+            for request, s in zip(traffic, result["served"], strict=True)
+        ]
+        return served, {"openvino_genai": result["openvino_genai"], "openvino": result["openvino"]}

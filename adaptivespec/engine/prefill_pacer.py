@@ -1,0 +1,96 @@
+"""How many prompt tokens a step may prefill while other streams are decoding.
+
+A prefill runs inside the step, so every decoding stream waits for it: fed whole, one
+2,000-token prompt stalls 32 streams for its whole forward. The pacer gives each step's
+prefill about `PACE` of a decode step for every prompt that is waiting, so that one long
+prompt keeps the running streams' gaps under twice their steady length, while a queue of
+many prompts still drains at a rate that grows with it. It sizes the chunk from its own
+measurements: a prefill forward costs a fixed part (reading the weights, as a decode step
+does) plus a part per token, fitted over recent prefills. With no stream decoding there is
+nothing to protect, and prompts go in up to the step's ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PACE = 0.7  # prefill seconds per step per waiting prompt, as a share of a decode step's seconds
+FIRST_CHUNK = 64  # before anything has been measured
+SMALLEST_CHUNK = 16  # a floor, so that a prompt always advances at a useful rate
+MEMORY = 0.9  # weight kept by the older measurements at each new one
+
+
+@dataclass(slots=True)
+class PrefillCost:
+    """seconds ~ fixed + per_token * tokens, least squares over recent prefills."""
+
+    n: float = 0.0
+    x: float = 0.0
+    y: float = 0.0
+    xx: float = 0.0
+    xy: float = 0.0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        for name, value in (
+            ("n", 1.0),
+            ("x", tokens),
+            ("y", seconds),
+            ("xx", tokens**2),
+            ("xy", tokens * seconds),
+        ):
+            setattr(self, name, MEMORY * getattr(self, name) + value)
+
+    @property
+    def measured(self) -> bool:
+        return self.n > 0 and self.x > 0
+
+    def line(self) -> tuple[float, float] | None:
+        """(fixed, per_token), or None while recent prefills were too alike in size to tell the
+        fixed part from the part per token."""
+        spread = self.n * self.xx - self.x**2
+        if spread <= 0.01 * self.n * self.xx:  # sizes within about 10% of each other
+            return None
+        per_token = (self.n * self.xy - self.x * self.y) / spread
+        fixed = (self.y - per_token * self.x) / self.n
+        return (fixed, per_token) if per_token > 0 and fixed >= 0 else None
+
+    def tokens_within(self, seconds: float) -> int:
+        """Without a line, cost is taken as proportional to the size seen. Above that size this
+        overestimates (the fixed part is paid once), so it is safe; below it, it underestimates,
+        so a share smaller than the size seen gets 0, the pacer's floor: a probe that gives the
+        fit its second size."""
+        line = self.line()
+        if line is None:
+            return int(seconds * self.x / self.y) if self.y / self.n <= seconds else 0
+        fixed, per_token = line
+        return int(max(0.0, seconds - fixed) / per_token)
+
+
+@dataclass(slots=True)
+class PrefillPacer:
+    ceiling: int  # max_prefill_tokens: the most one step may prefill
+    fixed: int = 0  # > 0: this many tokens per step while streams decode, unmeasured
+    cost: PrefillCost = field(default_factory=PrefillCost)
+    step_seconds: float | None = None
+
+    def budget(self, decoding: bool, waiting: int) -> int:
+        """Prompt tokens for this step; `waiting` counts the prompts not yet fully prefilled."""
+        if not decoding:
+            return self.ceiling
+        if self.fixed:
+            return min(self.fixed, self.ceiling)
+        if not self.cost.measured or self.step_seconds is None:
+            return min(FIRST_CHUNK, self.ceiling)
+        tokens = self.cost.tokens_within(PACE * max(1, waiting) * self.step_seconds)
+        return max(SMALLEST_CHUNK, min(tokens, self.ceiling))
+
+    def prefilled(self, tokens: int, seconds: float, decoding: bool) -> None:
+        """Only prefills paced against decoding are fitted: the ones the pacer sizes."""
+        if decoding and tokens > 0:
+            self.cost.add(tokens, seconds)
+
+    def decoded(self, step_seconds: float) -> None:
+        current = self.step_seconds
+        self.step_seconds = (
+            step_seconds if current is None else MEMORY * current + (1 - MEMORY) * step_seconds
+        )

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from adaptivespec.engine.prefill_pacer import FIRST_CHUNK, PACE, SMALLEST_CHUNK, PrefillCost, PrefillPacer
+
+
+def _fed(pacer: PrefillPacer, sizes: list[int], fixed: float, per_token: float) -> None:
+    for tokens in sizes:
+        pacer.prefilled(tokens, fixed + per_token * tokens, decoding=True)
+
+
+def test_a_step_prefills_what_fits_in_its_share_of_a_decode_step() -> None:
+    pacer = PrefillPacer(ceiling=512)
+    assert pacer.budget(decoding=False, waiting=3) == 512  # nothing to protect
+    assert pacer.budget(decoding=True, waiting=1) == FIRST_CHUNK  # nothing measured yet
+    pacer.decoded(0.130)
+    _fed(pacer, [FIRST_CHUNK], fixed=0.05, per_token=0.002)  # one size seen, and it fits 20 shares
+    assert pacer.budget(decoding=True, waiting=20) > FIRST_CHUNK  # so bigger chunks are tried
+    _fed(pacer, [16, 64, 32, 128, 48, 96], fixed=0.05, per_token=0.002)  # 50 ms of weights, 2 ms a token
+    pacer.decoded(0.130)
+    fixed, per_token = pacer.cost.line()
+    assert fixed == pytest.approx(0.05) and per_token == pytest.approx(0.002)
+    assert pacer.budget(decoding=True, waiting=1) == int((PACE * 0.130 - 0.05) / 0.002)  # 27 tokens
+    # A queue of prompts gets a larger share per step, up to the ceiling.
+    assert pacer.budget(decoding=True, waiting=3) == int((3 * PACE * 0.130 - 0.05) / 0.002)
+    assert pacer.budget(decoding=True, waiting=50) == 512
+
+
+def test_until_two_sizes_are_seen_only_a_size_known_to_fit_is_trusted() -> None:
+    cost = PrefillCost()
+    for _ in range(5):
+        cost.add(512, 1.0)  # a burst fed big chunks; a step's share is now much smaller
+    assert cost.line() is None
+    pacer = PrefillPacer(ceiling=512, cost=cost)
+    pacer.decoded(0.130)
+    assert pacer.budget(decoding=True, waiting=1) == SMALLEST_CHUNK  # a probe, not 512 / 1 s * 91 ms
+    assert pacer.budget(decoding=True, waiting=20) == 512  # 20 shares of 91 ms: 512 tokens fit
+    _fed(pacer, [SMALLEST_CHUNK], fixed=0.06, per_token=0.0018)
+    line = pacer.cost.line()
+    assert line is not None and line[1] > 0  # the probe gave the fit its second size
+
+
+def test_a_fixed_chunk_is_not_measured() -> None:
+    pacer = PrefillPacer(ceiling=100, fixed=300)
+    assert pacer.budget(decoding=True, waiting=1) == 100
