@@ -1,11 +1,12 @@
-"""`adaptivespec bench workload`: serving traffic against our engine and a static-batching server.
+"""`adaptivespec bench workload`: serving traffic against our engine and its peers.
 
 Requests arrive as a seeded Poisson process at each rate (and then as one burst), with chat-
-like prompt and output lengths, and are served greedily by each engine in turn, in process:
-ours with speculation off, with a fixed K and with the controller, and transformers' own
-`generate` in static batches as a naive server would run it. Every engine serves the same
-requests, and its tokens are compared with the first engine's. Then the chunked-prefill
-check: a long prompt arrives into decoding streams, fed whole and paced.
+like prompt and output lengths, and are served greedily by each engine in turn: ours in
+process, with speculation off, with a fixed K and with the controller; transformers' own
+`generate` in static batches as a naive server would run it; and OpenVINO GenAI's continuous
+batching in its own environment. Every engine serves the same requests, and its tokens are
+compared with the first engine's. Then the chunked-prefill check: a long prompt arrives into
+decoding streams, fed whole and paced.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from adaptivespec.bench.traffic import (
     TrafficShape,
     requests,
     summarize,
-)  # fmt: skip
+)
 from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
 from adaptivespec.controller.cell import LearningSettings
 from adaptivespec.controller.controller import Controller, ControllerConfig
