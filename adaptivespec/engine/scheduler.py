@@ -66,6 +66,12 @@ class Scheduler:
         """Requests whose prompt is not fully prefilled yet, the one part-way through included."""
         return len(self.waiting) + (self.partial is not None)
 
+    @property
+    def prefill_backlog(self) -> int:
+        """Prompt tokens still to prefill: the waiting requests', and the rest of a chunked one."""
+        rest = 0 if self.partial is None else self._remaining(self.partial)
+        return rest + sum(len(s.prompt_ids) for s in self.waiting if not s.aborted)
+
     def add(self, sequence: Sequence) -> None:
         if len(self.waiting) >= self.max_queued:
             self._drop_aborted()  # a client that gave up does not hold a place in the queue

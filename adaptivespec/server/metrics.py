@@ -30,6 +30,11 @@ class Metrics:
         self.waiting = Gauge(
             "adaptivespec:num_requests_waiting", "Requests waiting for a batch slot.", registry=r
         )
+        self.prefill_backlog = Gauge(
+            "adaptivespec:prefill_backlog_tokens",
+            "Prompt tokens still to prefill: waiting requests, and the rest of a prompt fed in chunks.",
+            registry=r,
+        )
         self.prompt_tokens = Counter("adaptivespec:prompt_tokens", "Prompt tokens admitted.", registry=r)
         self.generation_tokens = Counter("adaptivespec:generation_tokens", "Tokens generated.", registry=r)
         self.step_seconds = Histogram(
@@ -106,6 +111,7 @@ class Metrics:
         self._counted = replace(totals)
         self.running.set(len(engine.scheduler.running))
         self.waiting.set(len(engine.scheduler.waiting))
+        self.prefill_backlog.set(engine.scheduler.prefill_backlog)
         self.telemetry_dropped.set(engine.telemetry.dropped)
         self.policy_version.set(controller.live.snapshot.version)
         for cell in published_cells(controller, engine.config.max_context):

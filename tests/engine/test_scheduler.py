@@ -68,6 +68,7 @@ def test_a_long_prompt_goes_in_chunks_and_holds_the_row_after_the_batch() -> Non
     first = scheduler.admit(budget=20)
     assert [(c.sequence, c.start, c.end) for c in first.chunks] == [(decoding, 0, 3), (long, 0, 17)]
     assert scheduler.running == [decoding] and scheduler.partial is long and long.slot == 1
+    assert scheduler.prefill_backlog == (50 - 17) + 4 and scheduler.prompts_waiting == 2
     second = scheduler.admit(budget=20)  # the partial continues; the short prompt waits behind it
     assert [(c.sequence, c.start, c.end) for c in second.chunks] == [(long, 17, 37)]
     assert second.sequences == [] and list(scheduler.waiting) == [short]

@@ -49,6 +49,7 @@ async def test_hundred_clients_disconnecting_leave_nothing_behind(
     metrics = await _metrics(server)
     assert "adaptivespec:num_requests_running 0.0" in metrics
     assert "adaptivespec:num_requests_waiting 0.0" in metrics
+    assert "adaptivespec:prefill_backlog_tokens 0.0" in metrics
     await _wait_until(lambda: len(asyncio.all_tasks()) <= baseline_tasks)
 
 
