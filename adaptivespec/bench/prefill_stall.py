@@ -13,8 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-import numpy as np
-
+from adaptivespec.bench.traffic import percentile_ms
 from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Engine, RequestStream
@@ -84,13 +83,13 @@ async def measure(
         b - a for t in times for a, b in zip(t, t[1:], strict=False) if steady_from <= a and b <= arrived
     ]
     during = [b - a for t in times for a, b in zip(t, t[1:], strict=False) if b > arrived and a < answered]
-    steady_p99 = _ms(steady, 99)
-    during_p99 = _ms(during, 99)
+    steady_p99 = percentile_ms(steady, 99)
+    during_p99 = percentile_ms(during, 99)
     return Stall(
         chunking="whole" if whole else "paced",
         streams=streams,
         long_prompt_tokens=long_tokens,
-        steady_itl_p50_ms=_ms(steady, 50),
+        steady_itl_p50_ms=percentile_ms(steady, 50),
         steady_itl_p99_ms=steady_p99,
         long_prompt_itl_p99_ms=during_p99,
         long_prompt_itl_max_ms=max(during) * 1000.0,
@@ -106,9 +105,3 @@ async def _note_times(stream: RequestStream, times: list[float]) -> None:
                 times.append(time.perf_counter())
     finally:
         await stream.aclose()
-
-
-def _ms(values: list[float], percentile: float) -> float:
-    if not values:
-        raise RuntimeError("no inter-token gaps were measured; give the run more steps")
-    return float(np.percentile(values, percentile)) * 1000.0

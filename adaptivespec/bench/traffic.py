@@ -155,7 +155,7 @@ def summarize(served: list[Served], targets: Targets, reference: list[list[int]]
     began = min(s.sent for s in served)
     ended = max(s.chunk_times[-1] for s in served)
     duration = ended - began
-    gaps = [g for s in served for g in s.gaps] or [0.0]
+    gaps = [g for s in served for g in s.gaps] or [0.0]  # every request a single piece
     ttfts = [s.ttft for s in served]
     good = sum(1 for s in served if s.ttft <= targets.ttft_s and s.seconds_per_token <= targets.tpot_s)
     mismatches = 0
@@ -165,15 +165,18 @@ def summarize(served: list[Served], targets: Targets, reference: list[list[int]]
         requests=len(served),
         duration_s=duration,
         throughput_tok_s=sum(len(s.tokens) for s in served) / duration,
-        ttft_p50_ms=_ms(ttfts, 50),
-        ttft_p99_ms=_ms(ttfts, 99),
-        itl_p50_ms=_ms(gaps, 50),
-        itl_p99_ms=_ms(gaps, 99),
+        ttft_p50_ms=percentile_ms(ttfts, 50),
+        ttft_p99_ms=percentile_ms(ttfts, 99),
+        itl_p50_ms=percentile_ms(gaps, 50),
+        itl_p99_ms=percentile_ms(gaps, 99),
         goodput_rps=good / duration,
         met_targets=good / len(served),
         mismatches=mismatches,
     )
 
 
-def _ms(values: list[float], percentile: float) -> float:
+def percentile_ms(values: list[float], percentile: float) -> float:
+    """A percentile of durations in seconds, in milliseconds."""
+    if not values:
+        raise ValueError("no durations were measured; give the run more requests or steps")
     return float(np.percentile(values, percentile)) * 1000.0

@@ -31,14 +31,11 @@ class PrefillCost:
     xy: float = 0.0
 
     def add(self, tokens: int, seconds: float) -> None:
-        for name, value in (
-            ("n", 1.0),
-            ("x", tokens),
-            ("y", seconds),
-            ("xx", tokens**2),
-            ("xy", tokens * seconds),
-        ):
-            setattr(self, name, MEMORY * getattr(self, name) + value)
+        self.n = MEMORY * self.n + 1.0
+        self.x = MEMORY * self.x + tokens
+        self.y = MEMORY * self.y + seconds
+        self.xx = MEMORY * self.xx + tokens * tokens
+        self.xy = MEMORY * self.xy + tokens * seconds
 
     @property
     def measured(self) -> bool:

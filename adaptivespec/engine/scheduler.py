@@ -123,8 +123,9 @@ class Scheduler:
             chunks.append(self._place(sequence, start, end, row_start + len(chunks)))
             if end < len(sequence.prompt_ids):
                 break
-        self.running.extend(c.sequence for c in chunks if c.completes)
-        return Admission(row_start, chunks)
+        admission = Admission(row_start, chunks)
+        self.running.extend(admission.sequences)
+        return admission
 
     def _next_prompt(self) -> Sequence | None:
         """The partial prompt if there is one, else the first live request in the queue."""
