@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adaptivespec.bench import commands as bench_commands
-from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, PROPOSERS, EngineConfig, ModelConfig
+from adaptivespec.config import (
+    ATTENTIONS,
+    COMPILE_CHOICES,
+    DEFAULT_MODEL,
+    DEVICES,
+    DTYPES,
+    PROPOSERS,
+    EngineConfig,
+    ModelConfig,
+)
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Completion, Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
@@ -89,6 +98,12 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--proposer", choices=PROPOSERS, help=_PROPOSER_HELP)
     serve.add_argument("--device", choices=DEVICES)
     serve.add_argument("--dtype", choices=DTYPES)
+    serve.add_argument(
+        "--attention", choices=ATTENTIONS, help="attention of verify passes (default packed-gqa)"
+    )
+    serve.add_argument(
+        "--compile", choices=COMPILE_CHOICES, help="compile the decode step at start-up (default off)"
+    )
     serve.add_argument("--max-batch", type=int)
     serve.add_argument("--max-queued", type=int)
     serve.add_argument("--max-context", type=int)
@@ -189,6 +204,8 @@ def _serve(args: argparse.Namespace) -> int:
             "proposer",
             "device",
             "dtype",
+            "attention",
+            "compile",
             "max_batch",
             "max_queued",
             "max_context",

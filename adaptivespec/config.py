@@ -10,12 +10,16 @@ from adaptivespec.errors import ConfigError
 Device = Literal["auto", "cpu", "cuda"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 ProposerKind = Literal["auto", "draft", "ngram"]
+AttentionKind = Literal["packed-gqa", "sdpa"]
+CompileKind = Literal["off", "on"]
 
 DEMO_MODEL = "demo"
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEVICES: tuple[str, ...] = get_args(Device)  # the one list of choices: config checks and CLI flags
 DTYPES: tuple[str, ...] = get_args(DType)
 PROPOSERS: tuple[str, ...] = get_args(ProposerKind)
+ATTENTIONS: tuple[str, ...] = get_args(AttentionKind)
+COMPILE_CHOICES: tuple[str, ...] = get_args(CompileKind)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -39,8 +43,19 @@ class ModelConfig:
     dtype: DType = "auto"
     ngram_max: int = 3
     ngram_min: int = 2
+    # Verify passes of grouped-query models pack each KV head's query heads together
+    # (packed_gqa.py); "sdpa" is transformers' own attention throughout.
+    attention: AttentionKind = "packed-gqa"
+    # "on" compiles the decode step's passes with torch.compile at start-up (compiled_forward.py).
+    compile: CompileKind = "off"
 
     def __post_init__(self) -> None:
+        _require(
+            self.compile in COMPILE_CHOICES, f"compile must be one of {COMPILE_CHOICES}, got {self.compile!r}"
+        )
+        _require(
+            self.attention in ATTENTIONS, f"attention must be one of {ATTENTIONS}, got {self.attention!r}"
+        )
         _require(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
         _require(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         _require(self.proposer in PROPOSERS, f"proposer must be one of {PROPOSERS}, got {self.proposer!r}")

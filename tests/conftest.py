@@ -25,6 +25,8 @@ CORPUS = [
     "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
     "import os\nimport sys\nprint(os.getcwd(), sys.argv)\n",
 ] * 20
+# `ops/gpu-check.sh` runs the engine tests on the GPU by setting this; the suite's default is cpu.
+TEST_DEVICE = os.environ.get("ADAPTIVESPEC_TEST_DEVICE", "cpu")
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def engine_config(pair: TinyPair, proposer: str = "draft", **limits: int) -> Eng
         target=str(pair.target),
         draft=str(pair.draft) if proposer == "draft" else None,
         proposer=proposer,  # type: ignore[arg-type]
-        device="cpu",
+        device=TEST_DEVICE,  # type: ignore[arg-type]
         dtype="float32",
     )
     settings = {"max_batch": 16, "max_context": 256, "max_queued": 64} | limits

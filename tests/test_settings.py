@@ -70,3 +70,18 @@ def test_a_fleet_pools_on_postgresql_unless_told_otherwise() -> None:
     on = load(None, {"ADAPTIVESPEC_FLEET": "on", "ADAPTIVESPEC_HOST_ID": "gpu-7"}, {})
     assert on.pools_with_fleet("sqlite") and on.host_id == "gpu-7"
     assert not load(None, {}, {"fleet": "off"}).pools_with_fleet("postgresql")
+
+
+def test_the_step_settings_default_to_packed_attention_and_no_compile() -> None:
+    models = load(None, {}, {}).engine.models
+    assert (models.attention, models.compile) == ("packed-gqa", "off")
+    chosen = load(None, {"ADAPTIVESPEC_ATTENTION": "sdpa", "ADAPTIVESPEC_COMPILE": "on"}, {}).engine.models
+    assert (chosen.attention, chosen.compile) == ("sdpa", "on")
+
+
+@pytest.mark.parametrize(
+    ("variable", "message"), [("ATTENTION", "attention must be"), ("COMPILE", "compile must")]
+)
+def test_bad_step_settings_name_the_key_and_the_choices(variable: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(None, {f"ADAPTIVESPEC_{variable}": "fast"}, {})

@@ -53,14 +53,14 @@ class HFLoop:
         remaining = rng.integers(1, self.new_tokens + 1, batch)  # a batch caught mid-generation
         result = PhaseResult(batch)
         for _ in range(steps):
-            lens = self.runner.rows.lens[:batch]
-            k = policy.k_for(batch, int(lens.float().mean()))
+            lens = self.runner.rows.host_lens[:batch]
+            k = policy.k_for(batch, int(lens.mean()))
             out = self.runner.decode(batch, k)
             emitted = np.minimum(np.array([len(t) for t in out.tokens]), remaining)
             remaining -= emitted
             _account(result, out, emitted)
             if on_step is not None:
-                context = float(lens.float().mean())
+                context = float(lens.mean())
                 kept = max(int(emitted.sum()), 1)
                 keys = {"model_key": self.model_key, "hardware_key": self.hardware_key}
                 on_step(decode_record(out, **keys, batch_size=batch, context=context, emitted=kept))

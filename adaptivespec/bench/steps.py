@@ -57,7 +57,7 @@ def step_times(runner: HFRunner, prompts: list[list[int]], ks: list[int], steps:
     """Median decode-step time for every K at batch len(prompts); each K starts from a fresh prefill."""
     results = []
     for k in ks:
-        _prefill(runner, prompts)
+        prefill_rows(runner, prompts)
         runner.decode(len(prompts), k)  # warm-up
         times, emitted = [], 0
         for _ in range(steps):
@@ -84,7 +84,7 @@ def compare_with_dynamic_cache(runner: HFRunner, prompts: list[list[int]], steps
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(input_ids=ids[:, :-1], use_cache=True, **{kwarg: cache})
-        _prefill(runner, [p[:-1] for p in prompts])
+        prefill_rows(runner, [p[:-1] for p in prompts])
         ours, theirs = [], []
         for _ in range(steps + 1):
             began = time.perf_counter()
@@ -92,13 +92,14 @@ def compare_with_dynamic_cache(runner: HFRunner, prompts: list[list[int]], steps
             theirs.append(time.perf_counter() - began)
             cache.crop(-1)
             ours.append(runner.decode(batch, 0).step_seconds)
-            runner.rows.lens[:batch] -= 1  # stay at the same context, like the cropped baseline
+            runner.rows.rewind(batch, 1)  # stay at the same context, like the cropped baseline
     return CacheComparison(
         batch, context, statistics.median(ours[1:]) * 1000, statistics.median(theirs[1:]) * 1000
     )
 
 
-def _prefill(runner: HFRunner, prompts: list[list[int]]) -> None:
+def prefill_rows(runner: HFRunner, prompts: list[list[int]]) -> None:
+    """Greedy prompts into rows [0, len(prompts)), 16 at a time."""
     for start in range(0, len(prompts), 16):
         chunk = prompts[start : start + 16]
         runner.prefill(start, [PrefillItem(p, GREEDY, 0) for p in chunk])
@@ -106,7 +107,7 @@ def _prefill(runner: HFRunner, prompts: list[list[int]]) -> None:
 
 def acceptance_at_k1(runner: HFRunner, prompts: list[list[int]], steps: int) -> float:
     """Per-token greedy acceptance: how often the draft's argmax equals the target's, at K = 1."""
-    _prefill(runner, prompts)
+    prefill_rows(runner, prompts)
     drafted = accepted = 0
     for _ in range(steps):
         out = runner.decode(len(prompts), 1)

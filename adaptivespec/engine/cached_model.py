@@ -6,23 +6,55 @@ import inspect
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
 from adaptivespec.engine.attention import AttentionSpec
+from adaptivespec.engine.compiled_forward import CompiledForward
 from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
 from adaptivespec.engine.ragged import RaggedLayout
+from adaptivespec.engine.rows import upload
+
+Mark = float | torch.cuda.Event  # a point in time: perf_counter seconds, or an event on the stream
 
 
 @dataclass(slots=True)
 class ForwardClock:
-    """Accumulates wall time spent inside model forwards, to separate it from engine overhead."""
+    """Time spent inside model forwards, to separate it from engine overhead.
 
-    total: float = field(default=0.0)  # since the start, for whole-run overhead figures
-    sync: bool = False  # on cuda, wait for the kernels so the time is real
+    On cuda a forward returns before its kernels have run, and waiting for them would stall
+    the step. There each mark is an event on the stream, and spans are added up by
+    `settle`, which the runner calls after it has read the step's tokens back, when every
+    event has completed.
+    """
 
-    def add(self, seconds: float) -> None:
-        self.total += seconds
+    on_cuda: bool = False
+    total: float = 0.0  # seconds in forwards since the start, for whole-run overhead figures
+    _pending: list[tuple[Mark, Mark]] = field(default_factory=list)
+
+    def mark(self) -> Mark:
+        if not self.on_cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def add(self, began: Mark, ended: Mark) -> None:
+        self._pending.append((began, ended))
+
+    def settle(self) -> None:
+        self.total += sum(self.between(began, ended) for began, ended in self._pending)
+        self._pending.clear()
+
+    @staticmethod
+    def between(began: Mark, ended: Mark) -> float:
+        """Seconds from one mark to a later one; on cuda, only once both events have completed."""
+        if isinstance(began, float) and isinstance(ended, float):
+            return ended - began
+        if isinstance(began, torch.cuda.Event) and isinstance(ended, torch.cuda.Event):
+            return began.elapsed_time(ended) / 1000.0
+        raise TypeError("marks of different clocks")
 
 
 class CachedModel:
@@ -40,28 +72,41 @@ class CachedModel:
         # transformers 5.x renamed `past_key_values` to `cache`; accept either.
         params = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.compiled: CompiledForward | None = None
+
+    def compile(self) -> None:
+        """From now on the step's passes run compiled (see compiled_forward.py); prompts stay eager."""
+        if self.compiled is None:
+            self.compiled = CompiledForward(self.model)
 
     @property
     def cache_len(self) -> int:
         return self.cache.shape.max_len
 
     def forward(
-        self, row_start: int, input_ids: torch.Tensor, layout: RaggedLayout, last_only: bool
+        self,
+        row_start: int,
+        input_ids: torch.Tensor,
+        layout: RaggedLayout,
+        last_only: bool,
+        step: bool = False,
     ) -> torch.Tensor:
-        """input_ids [n, T] for rows [row_start, row_start+n) -> logits [n, 1 or T, V]."""
-        began = time.perf_counter()
+        """input_ids [n, T] for rows [row_start, row_start+n) -> logits [n, 1 or T, V].
+
+        `step` marks a decode step's pass (a token or a few per row), which may run compiled.
+        """
+        began = self.clock.mark()
         self.cache.bind(row_start, layout.cols, layout.read_len)
-        out = self.model(
-            input_ids=input_ids,
-            position_ids=layout.positions,
-            attention_mask=self.attention.masks(layout, self.dtype),
-            use_cache=True,
-            logits_to_keep=1 if last_only else 0,
-            **{self.cache_kwarg: self.cache},
-        )
-        if self.clock.sync:
-            torch.cuda.synchronize()
-        self.clock.add(time.perf_counter() - began)
+        inputs = {
+            "input_ids": input_ids,
+            "position_ids": layout.positions,
+            "attention_mask": self.attention.masks(layout, self.dtype),
+            "use_cache": True,
+            "logits_to_keep": 1 if last_only else 0,
+            self.cache_kwarg: self.cache,
+        }
+        out = self.model(**inputs) if self.compiled is None else self.compiled(step=step, **inputs)
+        self.clock.add(began, self.clock.mark())
         return out.logits
 
     def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
@@ -70,10 +115,9 @@ class CachedModel:
         Returns each row's last logits [n, V]. A chunk after the first attends to the columns
         its earlier chunks wrote, so a prompt fed in pieces gives the same cache as one pass.
         """
-        count = torch.tensor([len(c) for c in chunks], dtype=torch.long, device=self.device)
-        start = torch.tensor(starts, dtype=torch.long, device=self.device)
-        layout = RaggedLayout.build(start, count, self.cache_len)
-        ids = torch.zeros(layout.cols.shape, dtype=torch.long, device=self.device)
+        count = np.array([len(c) for c in chunks], dtype=np.int64)
+        layout = RaggedLayout.build(np.asarray(starts, dtype=np.int64), count, self.cache_len, self.device)
+        ids = np.zeros(layout.cols.shape, dtype=np.int64)  # [n, T], left-padded
         for r, chunk in enumerate(chunks):
-            ids[r, ids.shape[1] - len(chunk) :] = torch.tensor(chunk, device=self.device)
-        return self.forward(row_start, ids, layout, last_only=True)[:, -1]
+            ids[r, ids.shape[1] - len(chunk) :] = chunk
+        return self.forward(row_start, upload(ids, self.device), layout, last_only=True)[:, -1]

@@ -10,16 +10,19 @@ from __future__ import annotations
 import time
 from typing import cast
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
 from adaptivespec.engine.cached_model import CachedModel, ForwardClock
 from adaptivespec.engine.proposers import Proposal, Proposer
 from adaptivespec.engine.ragged import RaggedLayout
-from adaptivespec.engine.rows import RowState
+from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
-from adaptivespec.engine.sampling import BatchSampling, next_tokens
+from adaptivespec.engine.sampling import BatchSampling, SamplingParams, next_tokens
 from adaptivespec.engine.verification import Verdict, verify
+
+WARM_UP = SamplingParams(max_tokens=4, temperature=0.0)
 
 
 class HFRunner:
@@ -49,10 +52,53 @@ class HFRunner:
         self.vocab_rows = int(cast(torch.nn.Embedding, target.get_input_embeddings()).num_embeddings)
         self.device = self.target.device
         self.rows = RowState.allocate(max_batch, self.cache_len, self.device)
-        self._temperature = torch.ones(max_batch)
-        self._top_p = torch.ones(max_batch)
-        self._greedy = torch.ones(max_batch, dtype=torch.bool)
-        self._generators = [torch.Generator() for _ in range(max_batch)]
+        self._temperature = torch.ones(max_batch, device=self.device)
+        self._top_p = torch.ones(max_batch, device=self.device)
+        self._greedy = torch.ones(max_batch, dtype=torch.bool, device=self.device)
+        self._host_greedy = np.ones(max_batch, dtype=bool)
+        self._host_top_p = np.ones(max_batch)
+        self._generators = [torch.Generator(device=self.device) for _ in range(max_batch)]
+
+    @property
+    def models(self) -> list[PreTrainedModel]:
+        """The transformers models the step runs: the target, then the draft if there is one."""
+        return [cached.model for cached in self._cached_models()]
+
+    def compile(self) -> None:
+        """Compiles the step's passes, then runs each once on throwaway rows.
+
+        Each compiled graph costs tens of seconds on a small CPU, so all of them are built
+        here, before serving, rather than inside some request's step.
+        """
+        for cached in self._cached_models():
+            cached.compile()
+        for batch in sorted({1, min(2, self.max_batch)}):  # dynamo specializes batch 1 only
+            self._warm_up(batch)
+
+    def run_compiled(self, on: bool) -> None:
+        """Switches between the compiled passes and the eager ones (side-by-side benchmarks)."""
+        for cached in self._cached_models():
+            if cached.compiled is not None:
+                cached.compiled.enabled = on
+
+    def _cached_models(self) -> list[CachedModel]:
+        draft = getattr(self.proposer, "draft", None)
+        return [self.target] + ([draft] if isinstance(draft, CachedModel) else [])
+
+    @torch.inference_mode()
+    def _warm_up(self, batch: int) -> None:
+        prompt = list(range(1, 9))
+        self.prefill(0, [PrefillItem(prompt, WARM_UP, seed=0)] * batch)
+        self.decode(batch, 0)  # the target: one token per row
+        if self.max_spec_tokens == 0:
+            return
+        # After a K = 0 step the draft catches up by two tokens, then drafts one at a time.
+        self.decode(batch, min(2, self.max_spec_tokens))
+        # The target's verify pass, whatever the drafter found for this text.
+        drafts = self.rows.last_tokens(batch).expand(batch, 2)
+        n_drafts = np.full(batch, 2, dtype=np.int64)
+        proposal = Proposal(drafts, upload(n_drafts, self.device), None, n_drafts)
+        self._verify(batch, proposal, self._sampling(slice(0, batch)))
 
     @property
     def kv_bytes(self) -> int:
@@ -70,112 +116,113 @@ class HFRunner:
         chunks, starts = [item.chunk for item in items], [item.start for item in items]
         for r, item in enumerate(items):
             if item.completes:
-                self.rows.tokens[row_start + r, : len(item.prompt)] = torch.tensor(
-                    item.prompt, device=self.device
-                )
+                self.rows.write_prompt(row_start + r, item.prompt)
                 self._set_sampling(row_start + r, item)
         logits = self.target.prefill(row_start, chunks, starts)  # [n, V]
         if self.proposer is not None:
             self.proposer.prefill(row_start, chunks, starts)
-        ends = torch.tensor([item.stop for item in items], dtype=torch.long, device=self.device)
-        self.rows.lens[row_start : row_start + len(items)] = ends  # what the cache holds so far
+        self.rows.set_lens(row_start, [item.stop for item in items])  # what the cache holds so far
         done = sum(1 for item in items if item.completes)  # only the last item may stop short
-        rows = slice(row_start, row_start + done)
-        first = next_tokens(logits[:done], self._sampling(rows))
-        self.rows.tokens[rows].scatter_(1, ends[:done].unsqueeze(1), first.unsqueeze(1))
-        self.rows.lens[rows] += 1
-        tokens: list[int | None] = list(first.tolist())
-        return PrefillOutput(tokens + [None] * (len(items) - done), time.perf_counter() - began)
+        tokens: list[int] = []
+        if done:
+            first = next_tokens(logits[:done], self._sampling(slice(row_start, row_start + done)))  # [done]
+            tokens = first.tolist()  # the prefill's one read of the device
+            self.rows.append(row_start, first.unsqueeze(1), torch.ones_like(first), [[t] for t in tokens])
+        self.clock.settle()
+        first_tokens: list[int | None] = [*tokens, *[None] * (len(items) - done)]
+        return PrefillOutput(first_tokens, time.perf_counter() - began)
 
     @torch.inference_mode()
     def decode(self, batch: int, k: int) -> DecodeOutput:
-        began = time.perf_counter()
+        began, began_mark = time.perf_counter(), self.clock.mark()
         sampling = self._sampling(slice(0, batch))
-        old_lens = self.rows.lens[:batch].clone()
+        old_lens = self.rows.host_lens[:batch].copy()
         k = min(k, self.max_spec_tokens)
         proposal = self._propose(batch, k, sampling)
-        drafted_at = time.perf_counter()
+        drafted_mark = self.clock.mark()
         if proposal is None:
             verdict = self._plain_step(batch, sampling)
-            drafted = [0] * batch
         else:
-            verdict = self._verify(batch, proposal, sampling, old_lens)
-            drafted = proposal.n_drafts.tolist()
-        counts = verdict.accepted + 1
-        self.rows.append(batch, verdict.tokens, counts)
-        emitted, accepted = verdict.tokens.tolist(), verdict.accepted.tolist()
-        done = time.perf_counter()
+            verdict = self._verify(batch, proposal, sampling)
+        # The step's one read of the device: every row's tokens, and how many of them it keeps.
+        read = torch.cat([verdict.tokens, verdict.accepted.unsqueeze(1)], dim=1).tolist()
+        accepted = [row[-1] for row in read]
+        emitted = [row[: a + 1] for row, a in zip(read, accepted, strict=True)]
+        self.rows.append(0, verdict.tokens, verdict.accepted + 1, emitted)
+        if proposal is not None and self.proposer is not None:
+            self.proposer.commit(batch, old_lens, np.asarray(accepted, dtype=np.int64))
+        self.clock.settle()
+        step_seconds = time.perf_counter() - began
+        draft_seconds = self.clock.between(began_mark, drafted_mark)
         return DecodeOutput(
-            tokens=[row[: a + 1] for row, a in zip(emitted, accepted, strict=True)],
-            drafted=drafted,
+            tokens=emitted,
+            drafted=[0] * batch if proposal is None else proposal.host_n_drafts.tolist(),
             accepted=accepted,
             k=k,
             width=0 if proposal is None else proposal.drafts.shape[1],
-            draft_seconds=drafted_at - began,
-            verify_seconds=done - drafted_at,
-            step_seconds=done - began,
+            draft_seconds=draft_seconds,
+            verify_seconds=step_seconds - draft_seconds,
+            step_seconds=step_seconds,
         )
 
     def move_rows(self, srcs: list[int], dsts: list[int]) -> None:
         if not srcs:
             return
-        src = torch.tensor(srcs, dtype=torch.long, device=self.device)
-        dst = torch.tensor(dsts, dtype=torch.long, device=self.device)
-        upto = int(self.rows.lens[src].max())
+        upto = int(self.rows.host_lens[srcs].max())
+        src, dst = upload(srcs, self.device), upload(dsts, self.device)
         self.target.cache.move_rows(src, dst, upto)
-        self.rows.move(src, dst)
+        self.rows.move(srcs, dsts)
         if self.proposer is not None:
-            self.proposer.move_rows(src, dst, upto)
+            self.proposer.move_rows(srcs, dsts, upto)
+        for values in (self._temperature, self._top_p, self._greedy):
+            values[dst] = values[src]
+        for host in (self._host_greedy, self._host_top_p):
+            host[dsts] = host[srcs]
         for s, d in zip(srcs, dsts, strict=True):
-            self._temperature[d], self._top_p[d], self._greedy[d] = (
-                self._temperature[s],
-                self._top_p[s],
-                self._greedy[s],
-            )
             self._generators[d], self._generators[s] = self._generators[s], self._generators[d]
 
     def _propose(self, batch: int, k: int, sampling: BatchSampling) -> Proposal | None:
         if k <= 0 or self.proposer is None:
             return None  # K = 0 never touches the drafter
         proposal = self.proposer.propose(self.rows, batch, k, sampling)
-        width = int(proposal.n_drafts.max())
+        width = int(proposal.host_n_drafts.max())
         if width == 0:
             return None
         if width < k:
             probs = None if proposal.probs is None else proposal.probs[:, :width]
-            proposal = Proposal(proposal.drafts[:, :width], proposal.n_drafts, probs)
+            proposal = Proposal(proposal.drafts[:, :width], proposal.n_drafts, probs, proposal.host_n_drafts)
         return proposal
 
-    def _last_tokens(self, batch: int) -> torch.Tensor:
-        return self.rows.tokens[:batch].gather(1, (self.rows.lens[:batch] - 1).unsqueeze(1))  # [B, 1]
-
     def _plain_step(self, batch: int, sampling: BatchSampling) -> Verdict:
-        lens = self.rows.lens[:batch]
-        layout = RaggedLayout.build(lens - 1, torch.ones_like(lens), self.cache_len)
-        logits = self.target.forward(0, self._last_tokens(batch), layout, last_only=True)
+        lens = self.rows.host_lens[:batch]
+        layout = RaggedLayout.build(lens - 1, np.ones(batch, dtype=np.int64), self.cache_len, self.device)
+        logits = self.target.forward(0, self.rows.last_tokens(batch), layout, last_only=True, step=True)
         token = next_tokens(logits[:, -1], sampling)
-        return Verdict(torch.zeros_like(lens), token.unsqueeze(1))
+        return Verdict(torch.zeros_like(token), token.unsqueeze(1))
 
-    def _verify(
-        self, batch: int, proposal: Proposal, sampling: BatchSampling, old_lens: torch.Tensor
-    ) -> Verdict:
-        lens = self.rows.lens[:batch]
-        ids = torch.cat([self._last_tokens(batch), proposal.drafts], dim=1)  # [B, K+1]
-        layout = RaggedLayout.build(lens - 1, torch.full_like(lens, ids.shape[1]), self.cache_len)
-        logits = self.target.forward(0, ids, layout, last_only=False)
-        verdict = verify(logits, proposal.probs, proposal.drafts, proposal.n_drafts, sampling)
-        if self.proposer is not None:
-            self.proposer.commit(batch, old_lens, verdict.accepted)
-        return verdict
+    def _verify(self, batch: int, proposal: Proposal, sampling: BatchSampling) -> Verdict:
+        lens = self.rows.host_lens[:batch]
+        ids = torch.cat([self.rows.last_tokens(batch), proposal.drafts], dim=1)  # [B, K+1]
+        width = np.full(batch, ids.shape[1], dtype=np.int64)
+        layout = RaggedLayout.build(lens - 1, width, self.cache_len, self.device)
+        logits = self.target.forward(0, ids, layout, last_only=False, step=True)
+        return verify(logits, proposal.probs, proposal.drafts, proposal.n_drafts, sampling)
 
     def _set_sampling(self, row: int, item: PrefillItem) -> None:
         params = item.params
         self._greedy[row] = params.greedy
         self._temperature[row] = 1.0 if params.greedy else params.temperature
         self._top_p[row] = params.top_p
+        self._host_greedy[row] = params.greedy
+        self._host_top_p[row] = params.top_p
         self._generators[row].manual_seed(item.seed)
 
     def _sampling(self, rows: slice) -> BatchSampling:
         return BatchSampling(
-            self._temperature[rows], self._top_p[rows], self._greedy[rows], self._generators[rows]
+            self._temperature[rows],
+            self._top_p[rows],
+            self._greedy[rows],
+            self._generators[rows],
+            all_greedy=bool(self._host_greedy[rows].all()),
+            any_top_p=bool((self._host_top_p[rows] < 1.0).any()),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,12 @@ from transformers import (
 from adaptivespec.config import EngineConfig
 from adaptivespec.engine.attention import attention_implementation, check_supported
 from adaptivespec.engine.cached_model import ForwardClock
+from adaptivespec.engine.compiled_forward import compile_time_note, compiled_graphs
 from adaptivespec.engine.hardware import hardware_key, resolve_device, resolve_dtype
 from adaptivespec.engine.hf_runner import HFRunner
+from adaptivespec.engine.model_cache import announce
 from adaptivespec.engine.model_sources import ModelSource, resolve_models
+from adaptivespec.engine.packed_gqa import use_attention
 from adaptivespec.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from adaptivespec.errors import ModelLoadError
 
@@ -51,7 +55,9 @@ def _from_pretrained(loader: Callable[..., object], name: str, **kwargs: object)
         ) from exc
 
 
-def load_model(name: str, device: torch.device, dtype: torch.dtype, positions: int) -> PreTrainedModel:
+def load_model(
+    name: str, device: torch.device, dtype: torch.dtype, positions: int, attention: str = "sdpa"
+) -> PreTrainedModel:
     """Reads the config first, so that a model the engine cannot run is refused before its weights load."""
     config = _from_pretrained(AutoConfig.from_pretrained, name)
     if not isinstance(config, PretrainedConfig):
@@ -67,6 +73,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype, positions: i
         raise ModelLoadError(f"{name!r} did not load as a causal language model")
     torch.nn.Module.to(model, device)
     model.eval()
+    use_attention([model], packed=attention == "packed-gqa")
     return model
 
 
@@ -117,15 +124,15 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
     target_source, draft_source = resolve_models(models, progress)
     positions = config.max_context + config.max_spec_tokens
-    target = load_model(target_source.path, device, dtype, positions)
+    target = load_model(target_source.path, device, dtype, positions, models.attention)
     tokenizer = load_tokenizer(target_source.path)
-    clock = ForwardClock(sync=device.type == "cuda")
+    clock = ForwardClock(on_cuda=device.type == "cuda")
     cache_len = config.max_context + config.max_spec_tokens + 1
     proposer: Proposer
     if draft_source is None:
         proposer = NgramProposer(models.ngram_max, models.ngram_min)
     else:
-        draft = load_model(draft_source.path, device, dtype, positions)
+        draft = load_model(draft_source.path, device, dtype, positions, models.attention)
         check_same_tokenizer(tokenizer, load_tokenizer(draft_source.path))
         proposer = DraftModelProposer(
             draft, draft_source.key, config.max_batch, cache_len, clock, target_width=_logit_width(target)
@@ -141,7 +148,19 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         hardware_key=hardware_key(device),
         clock=clock,
     )
+    if models.compile == "on":
+        _compile(runner, progress)
     return LoadedModels(runner, tokenizer, target_source)
+
+
+def _compile(runner: HFRunner, progress: bool) -> None:
+    began, graphs = time.perf_counter(), compiled_graphs()
+    announce(
+        progress,
+        "compiling the decode step (torch.compile: up to 8 graphs, about a minute each on a small CPU)",
+    )
+    runner.compile()
+    announce(progress, f"decode step ready: {compile_time_note(began, graphs)}")
 
 
 def _logit_width(model: PreTrainedModel) -> int:

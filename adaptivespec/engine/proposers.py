@@ -10,20 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
 from adaptivespec.engine.cached_model import CachedModel, ForwardClock
 from adaptivespec.engine.ragged import RaggedLayout
-from adaptivespec.engine.rows import RowState
+from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.sampling import BatchSampling, probabilities, sample_from
 
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
-    drafts: torch.Tensor  # [B, K] long
-    n_drafts: torch.Tensor  # [B] long, drafts actually proposed per row (<= K)
+    drafts: torch.Tensor  # [B, K] long, on the device
+    n_drafts: torch.Tensor  # [B] long, on the device: drafts actually proposed per row (<= K)
     probs: torch.Tensor | None  # [B, K, V] draft distribution q; None when deterministic (q one-hot)
+    host_n_drafts: np.ndarray  # [B] int64, the same counts on the host, so the step's width needs no read
 
 
 class Proposer(Protocol):
@@ -36,9 +38,11 @@ class Proposer(Protocol):
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal: ...
 
-    def commit(self, batch: int, old_lens: torch.Tensor, accepted: torch.Tensor) -> None: ...
+    def commit(self, batch: int, old_lens: np.ndarray, accepted: np.ndarray) -> None:
+        """After verification, with the host's copies of the lengths before it and of the acceptances."""
+        ...
 
-    def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None: ...
+    def move_rows(self, srcs: list[int], dsts: list[int], upto: int) -> None: ...
 
 
 class DraftModelProposer:
@@ -63,7 +67,7 @@ class DraftModelProposer:
         own_width = int(model.get_output_embeddings().weight.shape[0])
         self.target_width = target_width or own_width
         self.shared_width = min(own_width, self.target_width)
-        self.cached = torch.zeros(max_batch, dtype=torch.long, device=self.draft.device)  # [max_batch]
+        self.cached = np.zeros(max_batch, dtype=np.int64)  # [max_batch] columns each row's draft cache holds
 
     @property
     def nbytes(self) -> int:
@@ -72,38 +76,41 @@ class DraftModelProposer:
     def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> None:
         self.draft.prefill(row_start, chunks, starts)
         ends = [start + len(chunk) for chunk, start in zip(chunks, starts, strict=True)]
-        self.cached[row_start : row_start + len(chunks)] = torch.tensor(ends, device=self.cached.device)
+        self.cached[row_start : row_start + len(chunks)] = ends
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
-        lens = rows.lens[:batch]
-        catch_up = RaggedLayout.build(self.cached[:batch], lens - self.cached[:batch], self.draft.cache_len)
+        lens, cached, device = rows.host_lens[:batch], self.cached[:batch], self.draft.device
+        catch_up = RaggedLayout.build(cached, lens - cached, self.draft.cache_len, device)
         ids = rows.tokens[:batch].gather(1, catch_up.gather_index)
         logits = self._forward(ids, catch_up)
         drafts: list[torch.Tensor] = []
         probs: list[torch.Tensor] = []
-        one = torch.ones_like(lens)
+        one = np.ones(batch, dtype=np.int64)
         for j in range(k):
             token, q = self._pick(logits, sampling)
             drafts.append(token)
             if q is not None:
                 probs.append(q)
             if j + 1 < k:
-                logits = self._forward(
-                    token.unsqueeze(1), RaggedLayout.build(lens + j, one, self.draft.cache_len)
-                )
+                next_layout = RaggedLayout.build(lens + j, one, self.draft.cache_len, device)
+                logits = self._forward(token.unsqueeze(1), next_layout)
         self.cached[:batch] = lens + (k - 1)
         stacked = torch.stack(probs, dim=1) if probs else None
-        return Proposal(torch.stack(drafts, dim=1), torch.full_like(lens, k), stacked)
+        n_drafts = torch.full((batch,), k, dtype=torch.long, device=device)
+        return Proposal(torch.stack(drafts, dim=1), n_drafts, stacked, np.full(batch, k, dtype=np.int64))
 
-    def commit(self, batch: int, old_lens: torch.Tensor, accepted: torch.Tensor) -> None:
-        self.cached[:batch] = torch.minimum(self.cached[:batch], old_lens + accepted)
+    def commit(self, batch: int, old_lens: np.ndarray, accepted: np.ndarray) -> None:
+        self.cached[:batch] = np.minimum(self.cached[:batch], old_lens + accepted)
 
-    def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None:
-        self.draft.cache.move_rows(srcs, dsts, upto)
+    def move_rows(self, srcs: list[int], dsts: list[int], upto: int) -> None:
+        device = self.draft.device
+        self.draft.cache.move_rows(upload(srcs, device), upload(dsts, device), upto)
         self.cached[dsts] = self.cached[srcs]
 
     def _forward(self, ids: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
-        return self.draft.forward(0, ids, layout, last_only=True)[:, -1, : self.shared_width]  # [B, V]
+        return self.draft.forward(0, ids, layout, last_only=True, step=True)[
+            :, -1, : self.shared_width
+        ]  # [B, V]
 
     def _pick(
         self, logits: torch.Tensor, sampling: BatchSampling
@@ -118,7 +125,11 @@ class DraftModelProposer:
 
 
 class NgramProposer:
-    """Prompt lookup: copies what followed the most recent earlier match of the last n tokens."""
+    """Prompt lookup: copies what followed the most recent earlier match of the last n tokens.
+
+    It searches the host's copy of the tokens, as vLLM's does, so that how many drafts each
+    row has is known without reading the device.
+    """
 
     def __init__(self, max_n: int = 3, min_n: int = 2) -> None:
         self.name = f"ngram{min_n}-{max_n}"
@@ -133,34 +144,34 @@ class NgramProposer:
         return None
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
-        lens = rows.lens[:batch]
-        tokens = rows.tokens[:batch, : int(lens.max())]
-        follow = torch.full_like(lens, -1)  # [B] index of the first copied token, -1 = no match
+        lens = rows.host_lens[:batch]
+        tokens = rows.host_tokens[:batch, : int(lens.max())]
+        follow = np.full(batch, -1, dtype=np.int64)  # [B] index of the first copied token, -1 = no match
         for n in range(self.max_n, self.min_n - 1, -1):
             found = self._last_match(tokens, lens, n)
-            follow = torch.where((follow < 0) & (found >= 0), found + n, follow)
-        offsets = torch.arange(k, device=lens.device)
-        index = (follow.clamp(min=0).unsqueeze(1) + offsets).clamp(max=tokens.shape[1] - 1)
-        drafts = tokens.gather(1, index)
-        n_drafts = torch.where(follow >= 0, (lens - follow).clamp(max=k), torch.zeros_like(lens))
-        return Proposal(drafts, n_drafts, None)
+            follow = np.where((follow < 0) & (found >= 0), found + n, follow)
+        index = np.minimum(np.maximum(follow, 0)[:, None] + np.arange(k), tokens.shape[1] - 1)
+        drafts = np.take_along_axis(tokens, index, axis=1)  # [B, K]
+        n_drafts = np.where(follow >= 0, np.minimum(lens - follow, k), 0)
+        device = rows.tokens.device
+        return Proposal(upload(drafts, device), upload(n_drafts, device), None, n_drafts)
 
     @staticmethod
-    def _last_match(tokens: torch.Tensor, lens: torch.Tensor, n: int) -> torch.Tensor:
+    def _last_match(tokens: np.ndarray, lens: np.ndarray, n: int) -> np.ndarray:
         """Start of the latest earlier occurrence of each row's last n tokens, or -1."""
         width = tokens.shape[1] - n
         if width <= 0:
-            return torch.full_like(lens, -1)
-        suffix_index = (lens - n).clamp(min=0).unsqueeze(1) + torch.arange(n, device=lens.device)
-        suffix = tokens.gather(1, suffix_index)  # [B, n]
-        match = torch.arange(width, device=lens.device) < (lens - n).unsqueeze(1)  # strictly earlier
+            return np.full(len(lens), -1, dtype=np.int64)
+        suffix_index = np.maximum(lens - n, 0)[:, None] + np.arange(n)
+        suffix = np.take_along_axis(tokens, suffix_index, axis=1)  # [B, n]
+        match = np.arange(width) < (lens - n)[:, None]  # strictly earlier
         for i in range(n):
             match &= tokens[:, i : i + width] == suffix[:, i : i + 1]
-        last = width - 1 - match.flip(1).long().argmax(dim=1)
-        return torch.where(match.any(dim=1), last, torch.full_like(lens, -1))
+        last = width - 1 - match[:, ::-1].argmax(axis=1)
+        return np.where(match.any(axis=1), last, -1)
 
-    def commit(self, batch: int, old_lens: torch.Tensor, accepted: torch.Tensor) -> None:
+    def commit(self, batch: int, old_lens: np.ndarray, accepted: np.ndarray) -> None:
         return None
 
-    def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None:
+    def move_rows(self, srcs: list[int], dsts: list[int], upto: int) -> None:
         return None

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from adaptivespec.engine.rows import upload
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,17 +25,22 @@ class RaggedLayout:
     read_len: int
 
     @classmethod
-    def build(cls, start: torch.Tensor, count: torch.Tensor, cache_len: int) -> RaggedLayout:
-        """start, count: [n] long tensors; every count must be >= 1."""
-        width = int(count.max())
-        pad = width - count  # [n]
-        t = torch.arange(width, device=start.device).unsqueeze(0)  # [1, T]
+    def build(
+        cls, start: np.ndarray, count: np.ndarray, cache_len: int, device: torch.device
+    ) -> RaggedLayout:
+        """start, count: [n] host integers; every count must be >= 1.
+
+        They come from the host so that the layout's shape is known without reading the device.
+        """
+        width, read_len = int(count.max()), int((start + count).max())
+        start_t, count_t = upload(start, device), upload(count, device)
+        pad = width - count_t  # [n]
+        t = torch.arange(width, device=device).unsqueeze(0)  # [1, T]
         real_index = t - pad.unsqueeze(1)  # [n, T], negative for pads
         is_real = real_index >= 0
-        real_cols = start.unsqueeze(1) + real_index.clamp(min=0)
+        real_cols = start_t.unsqueeze(1) + real_index.clamp(min=0)
         cols = torch.where(is_real, real_cols, torch.full_like(real_cols, cache_len - 1))
         positions = torch.where(is_real, real_cols, torch.zeros_like(real_cols))
-        read_len = int((start + count).max())
-        c = torch.arange(read_len, device=start.device).view(1, 1, read_len)
+        c = torch.arange(read_len, device=device).view(1, 1, read_len)
         sees = torch.where(is_real.unsqueeze(2), c <= real_cols.unsqueeze(2), c == 0)
         return cls(cols, positions, sees.unsqueeze(1), real_cols, read_len)

@@ -1,41 +1,91 @@
-"""Per-row state shared by the runner and the proposers: the batch lives in rows [0, B)."""
+"""Per-row state shared by the runner and the proposers: the batch lives in rows [0, B).
+
+The state lives on the device, and the host keeps its own copy of the lengths and tokens,
+built only from values it already holds: the prompts it sent and the tokens each step
+reads back once. So no step reads the device to learn a length (each such read is a host
+synchronisation on a GPU). On cpu the host tokens are the device tensor's own memory.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+
+def upload(values: Sequence[int] | np.ndarray, device: torch.device) -> torch.Tensor:
+    """Host integers -> a long tensor on `device`, without waiting for the device."""
+    host = torch.as_tensor(np.asarray(values, dtype=np.int64))
+    return host.to(device, non_blocking=True)
 
 
 @dataclass(frozen=True, slots=True)
 class RowState:
     """Token history of every slot. A row's last token has not been fed to the target yet."""
 
-    tokens: torch.Tensor  # [max_batch, cache_len] long
-    lens: torch.Tensor  # [max_batch] long, tokens known per row (prompt + generated)
+    tokens: torch.Tensor  # [max_batch, cache_len] long, on the device
+    lens: torch.Tensor  # [max_batch] long, on the device: tokens known per row (prompt + generated)
+    host_tokens: np.ndarray  # [max_batch, cache_len] int64, the host's copy of `tokens`
+    host_lens: np.ndarray  # [max_batch] int64, the host's copy of `lens`
 
     @classmethod
     def allocate(cls, max_batch: int, cache_len: int, device: torch.device) -> RowState:
-        return cls(
-            torch.zeros(max_batch, cache_len, dtype=torch.long, device=device),
-            torch.zeros(max_batch, dtype=torch.long, device=device),
-        )
+        tokens = torch.zeros(max_batch, cache_len, dtype=torch.long, device=device)
+        host_tokens = tokens.numpy() if device.type == "cpu" else np.zeros((max_batch, cache_len), np.int64)
+        lens = torch.zeros(max_batch, dtype=torch.long, device=device)
+        return cls(tokens, lens, host_tokens, np.zeros(max_batch, np.int64))
 
     @property
     def cache_len(self) -> int:
         return int(self.tokens.shape[1])
 
-    def append(self, batch: int, new_tokens: torch.Tensor, counts: torch.Tensor) -> None:
-        """Appends new_tokens[r, :counts[r]] to rows [0, batch).
+    @property
+    def shares_memory(self) -> bool:
+        return self.tokens.device.type == "cpu"
 
-        The whole width is written: columns past a row's new length are never read, so
-        writing them is cheaper than masking them.
+    def write_prompt(self, row: int, prompt: list[int]) -> None:
+        self.tokens[row, : len(prompt)] = upload(prompt, self.tokens.device)
+        if not self.shares_memory:
+            self.host_tokens[row, : len(prompt)] = prompt
+
+    def set_lens(self, row_start: int, lens: list[int]) -> None:
+        self.lens[row_start : row_start + len(lens)] = upload(lens, self.lens.device)
+        self.host_lens[row_start : row_start + len(lens)] = lens
+
+    def last_tokens(self, batch: int) -> torch.Tensor:
+        return self.tokens[:batch].gather(1, (self.lens[:batch] - 1).unsqueeze(1))  # [B, 1]
+
+    def append(
+        self, row_start: int, new_tokens: torch.Tensor, counts: torch.Tensor, emitted: list[list[int]]
+    ) -> None:
+        """Appends new_tokens[r, :counts[r]] to rows [row_start, row_start + n).
+
+        `emitted` is the same tokens, already read back to the host. The whole width is
+        written on the device: columns past a row's new length are never read, so writing
+        them is cheaper than masking them.
         """
+        rows = slice(row_start, row_start + new_tokens.shape[0])
         width = new_tokens.shape[1]
-        cols = self.lens[:batch].unsqueeze(1) + torch.arange(width, device=new_tokens.device)
-        self.tokens[:batch].scatter_(1, cols.clamp(max=self.cache_len - 1), new_tokens)
-        self.lens[:batch] += counts
+        cols = self.lens[rows].unsqueeze(1) + torch.arange(width, device=new_tokens.device)
+        self.tokens[rows].scatter_(1, cols.clamp(max=self.cache_len - 1), new_tokens)
+        self.lens[rows] += counts
+        for row, tokens in enumerate(emitted, start=row_start):
+            length = int(self.host_lens[row])
+            if not self.shares_memory:
+                self.host_tokens[row, length : length + len(tokens)] = tokens
+            self.host_lens[row] = length + len(tokens)
 
-    def move(self, srcs: torch.Tensor, dsts: torch.Tensor) -> None:
-        self.tokens[dsts] = self.tokens[srcs]
-        self.lens[dsts] = self.lens[srcs]
+    def rewind(self, batch: int, count: int) -> None:
+        """Forgets each row's last `count` tokens (benchmarks that hold the context fixed)."""
+        self.lens[:batch] -= count
+        self.host_lens[:batch] -= count
+
+    def move(self, srcs: list[int], dsts: list[int]) -> None:
+        src, dst = upload(srcs, self.tokens.device), upload(dsts, self.tokens.device)
+        self.tokens[dst] = self.tokens[src]
+        self.lens[dst] = self.lens[src]
+        if not self.shares_memory:
+            self.host_tokens[dsts] = self.host_tokens[srcs]
+        self.host_lens[dsts] = self.host_lens[srcs]

@@ -1,8 +1,8 @@
 """Sampling parameters and the vectorised samplers the runner applies to a whole batch.
 
-Randomness is drawn per row from that request's own generator, then all sampling is done
-by inverse-CDF lookups on the batch at once, so a seeded request gives the same tokens
-whatever else shares its batch.
+Randomness is drawn per row from that request's own generator, on the device, then all
+sampling is done by inverse-CDF lookups on the batch at once, so a seeded request gives the
+same tokens whatever else shares its batch.
 """
 
 from __future__ import annotations
@@ -55,30 +55,32 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class BatchSampling:
-    """Sampling settings of the rows [0, B) of one forward."""
+    """Sampling settings of the rows [0, B) of one forward.
 
-    temperature: torch.Tensor  # [B] float, 1.0 where greedy (unused there)
-    top_p: torch.Tensor  # [B] float
-    greedy: torch.Tensor  # [B] bool
-    generators: Sequence[torch.Generator]  # B generators on cpu
+    The flags are known on the host, so that choosing a path never reads the device.
+    """
 
-    @property
-    def all_greedy(self) -> bool:
-        return bool(self.greedy.all())
+    temperature: torch.Tensor  # [B] float, on the device; 1.0 where greedy (unused there)
+    top_p: torch.Tensor  # [B] float, on the device
+    greedy: torch.Tensor  # [B] bool, on the device
+    generators: Sequence[torch.Generator]  # B generators, one per row, on the device (Philox on cuda)
+    all_greedy: bool
+    any_top_p: bool  # some row keeps less than the whole distribution
 
     def uniforms(self, per_row: int, device: torch.device) -> torch.Tensor:
         """[B, per_row] uniforms, each row from its own generator."""
-        draws = [torch.rand(per_row, generator=g) for g in self.generators]
-        return torch.stack(draws).to(device) if draws else torch.zeros(0, per_row, device=device)
+        draws = [torch.rand(per_row, generator=g, device=g.device) for g in self.generators]
+        if not draws:
+            return torch.zeros(0, per_row, device=device)
+        return torch.stack(draws).to(device, non_blocking=True)
 
 
 def probabilities(logits: torch.Tensor, sampling: BatchSampling) -> torch.Tensor:
     """logits [B, T, V] -> probabilities [B, T, V] in float32, after temperature and top_p."""
     temperature = sampling.temperature.to(logits.device).view(-1, 1, 1)
     probs = torch.softmax(logits.float() / temperature, dim=-1)
-    top_p = sampling.top_p.to(logits.device)
-    if bool((top_p < 1.0).any()):
-        probs = _top_p_filter(probs, top_p.view(-1, 1, 1))
+    if sampling.any_top_p:
+        probs = _top_p_filter(probs, sampling.top_p.to(logits.device).view(-1, 1, 1))
     return probs
 
 

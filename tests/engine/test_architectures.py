@@ -34,7 +34,7 @@ from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.sampling import SamplingParams
 
-from ..conftest import TinyPair
+from ..conftest import TEST_DEVICE, TinyPair
 
 WINDOW = 8
 PROMPTS = ["def add(a, b):\n    return", "for i in range(10):\n", "import os\nimport sys\nprint(", "x"]
@@ -84,7 +84,9 @@ def families(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> d
 
 def _config(path: Path, proposer: str) -> EngineConfig:
     draft = str(path) if proposer == "draft" else None  # the target drafts for itself: full acceptance
-    models = ModelConfig(target=str(path), draft=draft, proposer=proposer, device="cpu", dtype="float32")  # type: ignore[arg-type]
+    models = ModelConfig(
+        target=str(path), draft=draft, proposer=proposer, device=TEST_DEVICE, dtype="float32"
+    )  # type: ignore[arg-type]
     return EngineConfig(models=models, max_batch=4, max_context=128, max_queued=16)
 
 

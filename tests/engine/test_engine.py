@@ -16,7 +16,7 @@ from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.sequence import TokenEvent
 from adaptivespec.errors import EngineStoppedError, InvalidRequestError, ModelLoadError, QueueFullError
 
-from ..conftest import TinyPair, engine_config
+from ..conftest import TEST_DEVICE, TinyPair, engine_config
 
 
 async def _engine(tiny_pair: TinyPair, tiny_models: LoadedModels, k: int = 4, **limits: int) -> Engine:
@@ -109,7 +109,10 @@ async def test_bad_input_is_rejected_with_a_clear_message(
 def test_draft_with_another_vocabulary_is_refused(tiny_pair: TinyPair) -> None:
     config = engine_config(tiny_pair)
     mismatched = config.models.__class__(
-        target=str(tiny_pair.target), draft=str(tiny_pair.other_vocab_draft), device="cpu", dtype="float32"
+        target=str(tiny_pair.target),
+        draft=str(tiny_pair.other_vocab_draft),
+        device=TEST_DEVICE,
+        dtype="float32",
     )
     with pytest.raises(ModelLoadError, match="vocabulary|tokenizer"):
         load_runner(config.__class__(models=mismatched, max_batch=2, max_context=64), progress=False)

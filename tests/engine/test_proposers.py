@@ -6,17 +6,20 @@ from adaptivespec.engine.proposers import NgramProposer
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.sampling import BatchSampling
 
+from ..conftest import TEST_DEVICE
+
 
 def _rows(*histories: list[int]) -> RowState:
-    rows = RowState.allocate(len(histories), 32, torch.device("cpu"))
+    rows = RowState.allocate(len(histories), 32, torch.device(TEST_DEVICE))
     for r, history in enumerate(histories):
-        rows.tokens[r, : len(history)] = torch.tensor(history)
-        rows.lens[r] = len(history)
+        rows.write_prompt(r, history)
+        rows.set_lens(r, [len(history)])
     return rows
 
 
 def _greedy(batch: int) -> BatchSampling:
-    return BatchSampling(torch.ones(batch), torch.ones(batch), torch.ones(batch, dtype=torch.bool), [])
+    ones = torch.ones(batch)
+    return BatchSampling(ones, ones, ones.bool(), [], all_greedy=True, any_top_p=False)
 
 
 def test_ngram_copies_what_followed_the_latest_match() -> None:

@@ -22,7 +22,7 @@ from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.engine.tokenizer import ByteTokenizer
 from adaptivespec.errors import InvalidRequestError
 
-from ..conftest import TinyPair, engine_config
+from ..conftest import TEST_DEVICE, TinyPair, engine_config
 
 
 def _metaspace_tokenizer() -> PreTrainedTokenizerFast:
@@ -134,7 +134,7 @@ def _tiny_model_dir(root: Path, tokenizer_from: Path, rows: int, generation: dic
 
 
 def _load(path: Path) -> LoadedModels:
-    models = ModelConfig(target=str(path), proposer="ngram", device="cpu", dtype="float32")
+    models = ModelConfig(target=str(path), proposer="ngram", device=TEST_DEVICE, dtype="float32")
     return load_runner(EngineConfig(models=models, max_batch=2, max_context=128), progress=False)
 
 
@@ -152,7 +152,9 @@ async def test_prompt_ids_are_checked_against_the_embedding_rows(
     size = len(AutoTokenizer.from_pretrained(tiny_pair.target))
     rows = size + extra_rows
     loaded = _load(_tiny_model_dir(tmp_path, tiny_pair.target, rows, {}))
-    config = EngineConfig(models=ModelConfig(target="unused", device="cpu"), max_batch=2, max_context=128)
+    config = EngineConfig(
+        models=ModelConfig(target="unused", device=TEST_DEVICE), max_batch=2, max_context=128
+    )
     engine = Engine(loaded.runner, loaded.tokenizer, FixedK(0), config)
     await engine.start()
     try:
