@@ -271,6 +271,9 @@ def _print_table(report: dict[str, Any]) -> None:
             f"inconclusive: {report['inconclusive']}"
         )
         print(f"exploration: {adaptive['exploration']}")
+        if "ratio_to_cross_fitted_oracle" in adaptive:
+            point, low, high = adaptive["ratio_to_cross_fitted_oracle"]
+            print(f"adaptive against the cross-fitted oracle: {point:.3f} [{low:.3f}, {high:.3f}]")
     for key in ("drift_recovery_steps", "first_1000_steps_ratio_to_oracle"):
         if key in adaptive:
             print(f"{key}: {adaptive[key]}")

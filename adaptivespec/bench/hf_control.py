@@ -56,10 +56,7 @@ class PooledOracle:
     def of(cls, measurement: Measurement, contenders: Sequence[Contender]) -> PooledOracle:
         ks, pooled, results = [], [], []
         for p, batch in enumerate(measurement.concurrency):
-            groups: dict[int, list[str]] = {}
-            for c in contenders:
-                if c.fixed:
-                    groups.setdefault(c.policy.k_for(batch, 0), []).append(c.name)
+            groups = _fixed_groups(contenders, batch)
             goodput = {
                 k: merge([s for n in names for s in measurement.segments[n][p]]).goodput
                 for k, names in groups.items()
@@ -81,6 +78,46 @@ class PooledOracle:
         tokens, seconds = totals(measurement, names)
         r = repeats or measurement.repeats
         return PairedRatios(tokens[..., :r], seconds[..., :r], self.tokens[:, :r], self.seconds[:, :r])
+
+
+def _fixed_groups(contenders: Sequence[Contender], batch: int) -> dict[int, list[str]]:
+    """The fixed contenders by the K they run at this batch size: each group is one configuration."""
+    groups: dict[int, list[str]] = {}
+    for c in contenders:
+        if c.fixed:
+            groups.setdefault(c.policy.k_for(batch, 0), []).append(c.name)
+    return groups
+
+
+def cross_fitted_oracle(
+    measurement: Measurement, contenders: Sequence[Contender]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The oracle's tokens and seconds [phase, repeat], each repeat scored by the K the *other* repeats chose.
+
+    The pooled oracle picks each bucket's K by the same measurements that then score it, so
+    where several K are within noise of one another its figure is the luckiest of them,
+    above any K's true goodput. Leaving the scored repeat out of the choice removes that
+    bias; what remains is the cost of choosing from noisy measurements, which a learner
+    pays too. Needs two repeats or more.
+    """
+    repeats = measurement.repeats
+    if repeats < 2:
+        raise ValueError("a cross-fitted oracle needs at least 2 repeats")
+    tokens = np.zeros((len(measurement.concurrency), repeats))
+    seconds = np.zeros_like(tokens)
+    for p, batch in enumerate(measurement.concurrency):
+        groups = list(_fixed_groups(contenders, batch).values())
+        group_tokens = np.zeros((len(groups), repeats))
+        group_seconds = np.zeros_like(group_tokens)
+        for g, names in enumerate(groups):
+            t, s = totals(measurement, names)  # [member, phase, repeat]
+            group_tokens[g], group_seconds[g] = t[:, p].sum(axis=0), s[:, p].sum(axis=0)
+        for r in range(repeats):
+            others = np.arange(repeats) != r
+            goodput = group_tokens[:, others].sum(axis=1) / group_seconds[:, others].sum(axis=1)
+            chosen = int(np.argmax(goodput))
+            tokens[p, r], seconds[p, r] = group_tokens[chosen, r], group_seconds[chosen, r]
+    return tokens, seconds
 
 
 def report(
@@ -105,6 +142,14 @@ def report(
             label: {str(k): n for k, n in sorted(phase.k_counts.items())}
             for label, phase in zip(labels, merged[name], strict=True)
         }
+    if measurement.repeats >= 2:
+        fitted_tokens, fitted_seconds = cross_fitted_oracle(measurement, contenders)
+        tokens, seconds = totals(measurement, names)
+        fitted = PairedRatios(tokens, seconds, fitted_tokens, fitted_seconds)
+        for i, name in enumerate(names):
+            if name in policies:
+                ratio = fitted.ratio(i)
+                policies[name]["ratio_to_cross_fitted_oracle"] = [ratio.point, ratio.low, ratio.high]
     policies["adaptive"]["learned_threshold"] = crossover(summaries["adaptive"].k_by_bucket)
     policies["adaptive"]["exploration"] = controller.exploration()
     learner_lows = [ratios.ratio(names.index(n)).low for n in LEARNERS]

@@ -107,5 +107,7 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     assert comparisons["best_static"] in static and isinstance(comparisons["holds"], bool)
     assert len(comparisons["adaptive_minus_off"]) == 3 and isinstance(report["inconclusive"], bool)
     assert 0.0 <= report["policies"]["adaptive"]["exploration"]["dominated_share"] <= 1.0
+    point, low, high = report["policies"]["adaptive"]["ratio_to_cross_fitted_oracle"]
+    assert 0 < low <= high and point > 0
     assert {"adaptive_steps_to_95", "plain_ucb_steps_to_95"} <= report["sample_efficiency"].keys()
     assert "holds:" in capsys.readouterr().out
