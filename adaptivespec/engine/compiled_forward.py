@@ -11,7 +11,6 @@ arithmetic that compiling does not remove.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,6 @@ import torch._dynamo.config
 from torch._dynamo.utils import counters
 from transformers import PreTrainedModel
 
-log = logging.getLogger(__name__)
 # Graphs per code object: a target and a draft of one architecture share `forward`'s code,
 # so the two models' eight graphs count against one limit (dynamo's default is 8).
 RECOMPILE_LIMIT = 32

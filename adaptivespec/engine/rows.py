@@ -71,11 +71,11 @@ class RowState:
         cols = self.lens[rows].unsqueeze(1) + torch.arange(width, device=new_tokens.device)
         self.tokens[rows].scatter_(1, cols.clamp(max=self.cache_len - 1), new_tokens)
         self.lens[rows] += counts
-        for row, tokens in enumerate(emitted, start=row_start):
-            length = int(self.host_lens[row])
-            if not self.shares_memory:
+        if not self.shares_memory:
+            for row, tokens in enumerate(emitted, start=row_start):
+                length = int(self.host_lens[row])
                 self.host_tokens[row, length : length + len(tokens)] = tokens
-            self.host_lens[row] = length + len(tokens)
+        self.host_lens[rows] += [len(tokens) for tokens in emitted]
 
     def rewind(self, batch: int, count: int) -> None:
         """Forgets each row's last `count` tokens (benchmarks that hold the context fixed)."""
