@@ -2,6 +2,9 @@
 
 Every pair of runs decodes greedily in fp32 and must produce the same tokens; each case also
 reports our framework overhead: wall time not spent inside model forwards, as a fraction.
+Each case runs ours and the baseline alternately for several rounds and reports the median
+of the rounds' ratios with their range: whole runs on a small shared machine drift by 10-30%
+from one minute to the next, more than the differences being measured.
 """
 
 from __future__ import annotations
@@ -9,10 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +37,49 @@ from adaptivespec.engine.sampling import SamplingParams
 @dataclass(frozen=True, slots=True)
 class Case:
     name: str
-    ours_tok_s: float
+    ours_tok_s: float  # median over rounds
     baseline: str
-    baseline_tok_s: float
-    ratio: float
-    same_output: bool
-    overhead_frac: float
+    baseline_tok_s: float  # median over rounds
+    ratio: float  # median of the rounds' ratios
+    same_output: bool  # in every round
+    overhead_frac: float  # median over rounds
     k: int
+    ratio_min: float
+    ratio_max: float
+    rounds: int
+
+
+@dataclass(slots=True)
+class Rounds:
+    """One case's side-by-side runs, a pair per round."""
+
+    ours: list[float] = field(default_factory=list)
+    theirs: list[float] = field(default_factory=list)
+    overhead: list[float] = field(default_factory=list)
+    same: bool = True
+
+    def add(self, ours: float, theirs: float, overhead: float, same: bool) -> None:
+        self.ours.append(ours)
+        self.theirs.append(theirs)
+        self.overhead.append(overhead)
+        self.same = self.same and same
+
+    def case(self, name: str, baseline: str, k: int) -> Case:
+        ratios = [a / b for a, b in zip(self.ours, self.theirs, strict=True)]
+        median = statistics.median
+        return Case(
+            name,
+            median(self.ours),
+            baseline,
+            median(self.theirs),
+            median(ratios),
+            self.same,
+            median(self.overhead),
+            k,
+            min(ratios),
+            max(ratios),
+            len(ratios),
+        )
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,11 +88,14 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--draft", default=DEMO_MODEL)
     bench.add_argument("--new-tokens", type=int, default=128)
     bench.add_argument("--batches", default="8,32,64")
+    bench.add_argument("--rounds", type=int, default=3, help="ours and the baseline alternately, per case")
     bench.add_argument("--json", type=Path, required=True)
 
 
 def run(args: argparse.Namespace) -> None:
     """Everything torch does (loading, our engine, the baselines) runs on one compute thread."""
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
     models = ModelConfig(target=args.target, draft=args.draft, device="cpu", dtype="float32")
     config = EngineConfig(max_batch=64, max_context=1100, models=models)
     compute = compute_thread()
@@ -61,12 +104,13 @@ def run(args: argparse.Namespace) -> None:
         prompts = prompt_windows(loaded.tokenizer, held_out_documents(), 64, 32)
         cases = asyncio.run(_cases(loaded, config, prompts, args, compute))
         long_prompts = prompt_windows(loaded.tokenizer, held_out_documents(), 16, 1024)
-        cases.append(compute.submit(_cache_case, loaded.runner, long_prompts).result())
+        cases.append(compute.submit(_cache_case, loaded.runner, long_prompts, args.rounds).result())
     finally:
         compute.shutdown(wait=True)
     for case in cases:
         print(f"{case.name:<30} ours {case.ours_tok_s:>7.0f} tok/s", end="  ")
         print(f"{case.baseline:<24} {case.baseline_tok_s:>7.0f} tok/s  ratio {case.ratio:>5.2f}", end="  ")
+        print(f"[{case.ratio_min:.2f}, {case.ratio_max:.2f}] over {case.rounds}", end="  ")
         print(f"same {case.same_output}  overhead {case.overhead_frac:.3f}  K={case.k}")
     report = {
         "machine": {"hardware_key": hardware_key(torch.device("cpu")), "torch": torch.__version__},
@@ -96,38 +140,30 @@ async def _cases(
     solo, tuning = [[p] for p in prompts[:4]], [[p] for p in prompts[4:8]]
     rates = {k: sum([(await ours(p, k, True))[1] for p in tuning]) for k in (0, 1, 2, 3, 4, 6)}
     best_k = max(rates, key=rates.__getitem__)
-    ours_runs = [await ours(p, best_k, False) for p in solo]
-    tokens = [t for run in ours_runs for t in run[0]]
-    rate = _combined_rate(ours_runs)
-    overhead = sum(run[2] for run in ours_runs) / len(ours_runs)
-    cases = []
-    for name, baseline, assisted in (
-        ("b1-best-k-vs-hf-assisted", "generate(assistant_model)", True),
-        ("b1-best-k-vs-hf-generate", "generate", False),
-    ):
-        their_runs = [hf(p, assisted) for p in solo]
-        theirs = [t for run in their_runs for t in run[0]]
-        their_rate = _combined_rate(their_runs)
-        cases.append(
-            Case(name, rate, baseline, their_rate, rate / their_rate, tokens == theirs, overhead, best_k)
-        )
-    for batch in (int(b) for b in args.batches.split(",")):
-        tokens, rate, overhead = await ours(prompts[:batch], 0, True)
-        theirs, their_rate = hf(prompts[:batch], False, ignore_eos=True)
-        name = f"b{batch}-plain-vs-hf-generate"
-        cases.append(
-            Case(
-                name,
-                rate,
-                "generate (padded batch)",
-                their_rate,
-                rate / their_rate,
-                tokens == theirs,
-                overhead,
-                0,
-            )
-        )
-    return cases
+    assisted, plain = Rounds(), Rounds()
+    batch_cases = {int(b): Rounds() for b in args.batches.split(",")}
+    for round_ in range(args.rounds):
+        print(f"round {round_ + 1}/{args.rounds}", flush=True)
+        ours_runs = [await ours(p, best_k, False) for p in solo]
+        tokens = [t for run in ours_runs for t in run[0]]
+        rate = _combined_rate(ours_runs)
+        overhead = sum(run[2] for run in ours_runs) / len(ours_runs)
+        for rounds, with_draft in ((assisted, True), (plain, False)):
+            their_runs = [hf(p, with_draft) for p in solo]
+            theirs = [t for run in their_runs for t in run[0]]
+            rounds.add(rate, _combined_rate(their_runs), overhead, tokens == theirs)
+        for batch, rounds in batch_cases.items():
+            tokens, rate, overhead = await ours(prompts[:batch], 0, True)
+            theirs, their_rate = hf(prompts[:batch], False, ignore_eos=True)
+            rounds.add(rate, their_rate, overhead, tokens == theirs)
+    return [
+        assisted.case("b1-best-k-vs-hf-assisted", "generate(assistant_model)", best_k),
+        plain.case("b1-best-k-vs-hf-generate", "generate", best_k),
+        *(
+            rounds.case(f"b{batch}-plain-vs-hf-generate", "generate (padded batch)", 0)
+            for batch, rounds in batch_cases.items()
+        ),
+    ]
 
 
 async def _ours(
@@ -197,16 +233,11 @@ def _until_eos(tokens: list[int], eos: frozenset[int], ignore_eos: bool) -> list
     return tokens
 
 
-def _cache_case(runner: HFRunner, prompts: list[list[int]]) -> Case:
-    result = compare_with_dynamic_cache(runner, prompts, steps=10)
-    tokens = len(prompts)
-    return Case(
-        "ctx1024-step-vs-dynamiccache",
-        tokens / result.ours_ms * 1000,
-        "DynamicCache step",
-        tokens / result.dynamic_cache_ms * 1000,
-        result.ratio,
-        True,
-        float("nan"),
-        0,
-    )
+def _cache_case(runner: HFRunner, prompts: list[list[int]], rounds: int) -> Case:
+    """Interleaved step by step already; rounds repeat it so that its spread is reported too."""
+    tokens, result = len(prompts), Rounds()
+    for _ in range(rounds):
+        comparison = compare_with_dynamic_cache(runner, prompts, steps=10)
+        ours, theirs = tokens / comparison.ours_ms * 1000, tokens / comparison.dynamic_cache_ms * 1000
+        result.add(ours, theirs, float("nan"), True)
+    return result.case("ctx1024-step-vs-dynamiccache", "DynamicCache step", 0)

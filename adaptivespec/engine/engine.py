@@ -228,7 +228,7 @@ class Engine:
                 chunk.sequence.fail("error", f"prefill failed: {type(exc).__name__}")
             return
         fed = sum(c.end - c.start for c in admission.chunks)
-        self.pacer.prefilled(fed, out.seconds, decoding)
+        self.pacer.prefilled(fed, out.seconds)
         for chunk, token in zip(admission.chunks, out.first_tokens, strict=True):
             if token is None:
                 continue  # more of its prompt goes in next step

@@ -81,9 +81,11 @@ class PrefillPacer:
         tokens = self.cost.tokens_within(PACE * max(1, waiting) * self.step_seconds)
         return max(SMALLEST_CHUNK, min(tokens, self.ceiling))
 
-    def prefilled(self, tokens: int, seconds: float, decoding: bool) -> None:
-        """Only prefills paced against decoding are fitted: the ones the pacer sizes."""
-        if decoding and tokens > 0:
+    def prefilled(self, tokens: int, seconds: float) -> None:
+        """Every prefill is fitted, those fed while nothing decoded too: a burst that arrives at
+        an idle engine then paces its second wave from what its first one cost, not from a
+        blind first chunk."""
+        if tokens > 0:
             self.cost.add(tokens, seconds)
 
     def decoded(self, step_seconds: float) -> None:

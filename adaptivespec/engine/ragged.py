@@ -30,17 +30,19 @@ class RaggedLayout:
     ) -> RaggedLayout:
         """start, count: [n] host integers; every count must be >= 1.
 
-        They come from the host so that the layout's shape is known without reading the device.
+        The per-token indices are worked out on the host, from values it already holds, and
+        copied to the device (on cpu the tensors wrap the arrays); only the mask, which grows
+        with the context, is built on the device.
         """
         width, read_len = int(count.max()), int((start + count).max())
-        start_t, count_t = upload(start, device), upload(count, device)
-        pad = width - count_t  # [n]
-        t = torch.arange(width, device=device).unsqueeze(0)  # [1, T]
-        real_index = t - pad.unsqueeze(1)  # [n, T], negative for pads
+        real_index = np.arange(width) - (width - count)[:, None]  # [n, T], negative for pads
         is_real = real_index >= 0
-        real_cols = start_t.unsqueeze(1) + real_index.clamp(min=0)
-        cols = torch.where(is_real, real_cols, torch.full_like(real_cols, cache_len - 1))
-        positions = torch.where(is_real, real_cols, torch.zeros_like(real_cols))
+        real_cols = start[:, None] + np.maximum(real_index, 0)
+        cols = np.where(is_real, real_cols, cache_len - 1)
+        # A pad sits at position 0 and so sees column 0 alone; a real token sees up to itself.
+        positions = np.where(is_real, real_cols, 0)
+        # Separate tensors, not views of one: a compiled step guards on each input's storage offset.
+        cols_t, positions_t, gather_t = (upload(a, device) for a in (cols, positions, real_cols))
         c = torch.arange(read_len, device=device).view(1, 1, read_len)
-        sees = torch.where(is_real.unsqueeze(2), c <= real_cols.unsqueeze(2), c == 0)
-        return cls(cols, positions, sees.unsqueeze(1), real_cols, read_len)
+        sees = c <= positions_t.unsqueeze(2)  # [n, T, read_len]
+        return cls(cols_t, positions_t, sees.unsqueeze(1), gather_t, read_len)

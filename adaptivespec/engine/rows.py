@@ -3,7 +3,8 @@
 The state lives on the device, and the host keeps its own copy of the lengths and tokens,
 built only from values it already holds: the prompts it sent and the tokens each step
 reads back once. So no step reads the device to learn a length (each such read is a host
-synchronisation on a GPU). On cpu the host tokens are the device tensor's own memory.
+synchronisation on a GPU). On cpu the host arrays are the tensors' own memory, and every
+update is one numpy operation on them.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ class RowState:
 
     @classmethod
     def allocate(cls, max_batch: int, cache_len: int, device: torch.device) -> RowState:
+        host_tokens, host_lens = np.zeros((max_batch, cache_len), np.int64), np.zeros(max_batch, np.int64)
+        if device.type == "cpu":
+            return cls(torch.from_numpy(host_tokens), torch.from_numpy(host_lens), host_tokens, host_lens)
         tokens = torch.zeros(max_batch, cache_len, dtype=torch.long, device=device)
-        host_tokens = tokens.numpy() if device.type == "cpu" else np.zeros((max_batch, cache_len), np.int64)
-        lens = torch.zeros(max_batch, dtype=torch.long, device=device)
-        return cls(tokens, lens, host_tokens, np.zeros(max_batch, np.int64))
+        return cls(tokens, torch.zeros(max_batch, dtype=torch.long, device=device), host_tokens, host_lens)
 
     @property
     def cache_len(self) -> int:
@@ -46,13 +48,14 @@ class RowState:
         return self.tokens.device.type == "cpu"
 
     def write_prompt(self, row: int, prompt: list[int]) -> None:
-        self.tokens[row, : len(prompt)] = upload(prompt, self.tokens.device)
+        self.host_tokens[row, : len(prompt)] = prompt
         if not self.shares_memory:
-            self.host_tokens[row, : len(prompt)] = prompt
+            self.tokens[row, : len(prompt)] = upload(prompt, self.tokens.device)
 
     def set_lens(self, row_start: int, lens: list[int]) -> None:
-        self.lens[row_start : row_start + len(lens)] = upload(lens, self.lens.device)
         self.host_lens[row_start : row_start + len(lens)] = lens
+        if not self.shares_memory:
+            self.lens[row_start : row_start + len(lens)] = upload(lens, self.lens.device)
 
     def last_tokens(self, batch: int) -> torch.Tensor:
         return self.tokens[:batch].gather(1, (self.lens[:batch] - 1).unsqueeze(1))  # [B, 1]
@@ -68,10 +71,13 @@ class RowState:
         """
         rows = slice(row_start, row_start + new_tokens.shape[0])
         width = new_tokens.shape[1]
-        cols = self.lens[rows].unsqueeze(1) + torch.arange(width, device=new_tokens.device)
-        self.tokens[rows].scatter_(1, cols.clamp(max=self.cache_len - 1), new_tokens)
-        self.lens[rows] += counts
-        if not self.shares_memory:
+        if self.shares_memory:
+            host_cols = np.minimum(self.host_lens[rows, None] + np.arange(width), self.cache_len - 1)
+            np.put_along_axis(self.host_tokens[rows], host_cols, new_tokens.numpy(), axis=1)
+        else:
+            cols = self.lens[rows].unsqueeze(1) + torch.arange(width, device=new_tokens.device)
+            self.tokens[rows].scatter_(1, cols.clamp(max=self.cache_len - 1), new_tokens)
+            self.lens[rows] += counts
             for row, tokens in enumerate(emitted, start=row_start):
                 length = int(self.host_lens[row])
                 self.host_tokens[row, length : length + len(tokens)] = tokens
@@ -79,13 +85,14 @@ class RowState:
 
     def rewind(self, batch: int, count: int) -> None:
         """Forgets each row's last `count` tokens (benchmarks that hold the context fixed)."""
-        self.lens[:batch] -= count
         self.host_lens[:batch] -= count
+        if not self.shares_memory:
+            self.lens[:batch] -= count
 
     def move(self, srcs: list[int], dsts: list[int]) -> None:
-        src, dst = upload(srcs, self.tokens.device), upload(dsts, self.tokens.device)
-        self.tokens[dst] = self.tokens[src]
-        self.lens[dst] = self.lens[src]
-        if not self.shares_memory:
-            self.host_tokens[dsts] = self.host_tokens[srcs]
+        self.host_tokens[dsts] = self.host_tokens[srcs]
         self.host_lens[dsts] = self.host_lens[srcs]
+        if not self.shares_memory:
+            src, dst = upload(srcs, self.tokens.device), upload(dsts, self.tokens.device)
+            self.tokens[dst] = self.tokens[src]
+            self.lens[dst] = self.lens[src]

@@ -259,6 +259,8 @@ async def test_a_failing_step_fails_only_its_requests(tiny_pair: TinyPair, tiny_
 class _BreaksAfter:
     """The real tokenizer, whose decode raises after `calls` calls: a fault outside model compute."""
 
+    backend_tokenizer = None  # no fast path around `decode`: every window goes through it
+
     def __init__(self, tokenizer: object, calls: int) -> None:
         self._tokenizer = tokenizer
         self._left = calls

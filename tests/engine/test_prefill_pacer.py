@@ -7,7 +7,7 @@ from adaptivespec.engine.prefill_pacer import FIRST_CHUNK, PACE, SMALLEST_CHUNK,
 
 def _fed(pacer: PrefillPacer, sizes: list[int], fixed: float, per_token: float) -> None:
     for tokens in sizes:
-        pacer.prefilled(tokens, fixed + per_token * tokens, decoding=True)
+        pacer.prefilled(tokens, fixed + per_token * tokens)
 
 
 def test_a_step_prefills_what_fits_in_its_share_of_a_decode_step() -> None:
@@ -44,3 +44,15 @@ def test_until_two_sizes_are_seen_only_a_size_known_to_fit_is_trusted() -> None:
 def test_a_fixed_chunk_is_not_measured() -> None:
     pacer = PrefillPacer(ceiling=100, fixed=300)
     assert pacer.budget(decoding=True, waiting=1) == 100
+
+
+def test_a_burst_paces_its_second_wave_from_what_the_first_cost() -> None:
+    """The first wave is fed while nothing decodes; it is measured all the same."""
+    blind, learned = PrefillPacer(ceiling=512), PrefillPacer(ceiling=512)
+    learned.prefilled(512, 0.25)  # 16 prompts of 32 tokens into an idle engine
+    for pacer in (blind, learned):
+        pacer.decoded(0.036)  # then those 16 streams decode
+    assert blind.budget(decoding=True, waiting=16) == FIRST_CHUNK
+    # 16 waiting prompts' shares are 0.40 s, and 512 tokens took 0.25 s: the rest goes in at once.
+    assert learned.budget(decoding=True, waiting=16) == 512
+    assert learned.budget(decoding=True, waiting=1) == SMALLEST_CHUNK  # one share: a probe

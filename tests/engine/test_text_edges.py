@@ -72,6 +72,19 @@ def test_detokenizer_holds_a_partial_character_until_it_completes() -> None:
     assert detokenizer.extend(euro[2:]) == "€"
 
 
+@pytest.mark.parametrize("clean_up", [False, True])
+def test_streamed_text_equals_one_decode_of_the_whole_output(tiny_pair: TinyPair, clean_up: bool) -> None:
+    """Without space clean-up the window decodes in the tokenizer's backend; with it, through
+    transformers' decode. Either way, the streamed pieces join to what one decode gives."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_pair.target, clean_up_tokenization_spaces=clean_up)
+    text = "print(x) , y . \u00e9t\u00e9 \u20ac5 ! def f(a , b):\n    return a+b ?"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    detokenizer = Detokenizer(tokenizer, ids[:3])
+    for i in range(3, len(ids), 2):
+        detokenizer.extend(ids[i : i + 2], flush=i + 2 >= len(ids))
+    assert detokenizer.text == tokenizer.decode(ids[3:], skip_special_tokens=True)
+
+
 def test_tokens_after_a_stop_string_are_neither_returned_nor_counted() -> None:
     tokenizer = ByteTokenizer()
     sequence = Sequence([1], SamplingParams(max_tokens=50, stop=("STOP",)), 0, 64, tokenizer)
