@@ -12,6 +12,7 @@ DType = Literal["auto", "float32", "bfloat16", "float16"]
 ProposerKind = Literal["auto", "draft", "ngram"]
 AttentionKind = Literal["packed-gqa", "sdpa"]
 CompileKind = Literal["off", "on"]
+OverlapKind = Literal["on", "off"]
 
 DEMO_MODEL = "demo"
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -20,6 +21,7 @@ DTYPES: tuple[str, ...] = get_args(DType)
 PROPOSERS: tuple[str, ...] = get_args(ProposerKind)
 ATTENTIONS: tuple[str, ...] = get_args(AttentionKind)
 COMPILE_CHOICES: tuple[str, ...] = get_args(CompileKind)
+OVERLAP_CHOICES: tuple[str, ...] = get_args(OverlapKind)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -84,6 +86,9 @@ class EngineConfig:
     prefill_chunk_tokens: int = 0  # prompt tokens per step while streams decode; 0 = paced by measurement
     telemetry_queue: int = 4096
     seed: int = 0
+    # "on": the next decode step starts while the loop streams the last one's tokens, when
+    # nothing can change the batch in between (see Engine._decode).
+    overlap: str = "on"
     models: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
@@ -101,6 +106,9 @@ class EngineConfig:
             f"prefill_chunk_tokens must be >= 0 (0 = paced), got {self.prefill_chunk_tokens}",
         )
         _require(self.telemetry_queue >= 1, "telemetry_queue must be >= 1")
+        _require(
+            self.overlap in OVERLAP_CHOICES, f"overlap must be one of {OVERLAP_CHOICES}, got {self.overlap!r}"
+        )
 
 
 _BACKENDS = ("hf", "sim")

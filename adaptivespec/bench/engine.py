@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from adaptivespec.bench.steps import compare_with_dynamic_cache, prompt_windows
-from adaptivespec.config import DEMO_MODEL, EngineConfig, ModelConfig
+from adaptivespec.config import DEMO_MODEL, OVERLAP_CHOICES, EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import Engine, compute_thread
@@ -89,6 +89,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--new-tokens", type=int, default=128)
     bench.add_argument("--batches", default="8,32,64")
     bench.add_argument("--rounds", type=int, default=3, help="ours and the baseline alternately, per case")
+    bench.add_argument(
+        "--overlap", choices=OVERLAP_CHOICES, default="on", help="start a step while the last one streams"
+    )
     bench.add_argument("--json", type=Path, required=True)
 
 
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> None:
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
     models = ModelConfig(target=args.target, draft=args.draft, device="cpu", dtype="float32")
-    config = EngineConfig(max_batch=64, max_context=1100, models=models)
+    config = EngineConfig(max_batch=64, max_context=1100, overlap=args.overlap, models=models)
     compute = compute_thread()
     try:
         loaded = compute.submit(load_runner, config).result()
@@ -114,6 +117,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"same {case.same_output}  overhead {case.overhead_frac:.3f}  K={case.k}")
     report = {
         "machine": {"hardware_key": hardware_key(torch.device("cpu")), "torch": torch.__version__},
+        "overlap": args.overlap,
         "cases": [asdict(c) for c in cases],
     }
     args.json.write_text(json.dumps(report, indent=2))

@@ -93,6 +93,13 @@ class Sequence:
         self._emit(tuple(new), shown, finish)
         return len(new)
 
+    def may_finish_with(self, tokens: Iterable[int], eos_ids: frozenset[int]) -> bool:
+        """Whether adding these tokens could end the request. Stop strings can only be told
+        from the text, so a request that has any may always finish."""
+        if self._stops or self.aborted:
+            return True
+        return any(self._limit_reached(t, i, eos_ids) for i, t in enumerate(tokens, start=1))
+
     def _limit_reached(self, token: int, pending: int, eos_ids: frozenset[int]) -> str | None:
         if token in eos_ids and not self.params.ignore_eos:
             return "stop"

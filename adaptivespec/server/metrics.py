@@ -37,6 +37,11 @@ class Metrics:
         )
         self.prompt_tokens = Counter("adaptivespec:prompt_tokens", "Prompt tokens admitted.", registry=r)
         self.generation_tokens = Counter("adaptivespec:generation_tokens", "Tokens generated.", registry=r)
+        self.overlapped_steps = Counter(
+            "adaptivespec:decode_steps_overlapped",
+            "Decode steps started while the previous step's tokens were streamed (of step_seconds_count).",
+            registry=r,
+        )
         self.step_seconds = Histogram(
             "adaptivespec:step_seconds", "Decode step wall time.", buckets=STEP_BUCKETS, registry=r
         )
@@ -108,6 +113,7 @@ class Metrics:
         totals = engine.totals
         self.prompt_tokens.inc(totals.prompt_tokens - self._counted.prompt_tokens)
         self.generation_tokens.inc(totals.generation_tokens - self._counted.generation_tokens)
+        self.overlapped_steps.inc(totals.overlapped_steps - self._counted.overlapped_steps)
         self._counted = replace(totals)
         self.running.set(len(engine.scheduler.running))
         self.waiting.set(len(engine.scheduler.waiting))

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import resource
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 
 import pytest
 
@@ -333,6 +334,39 @@ async def test_mixed_greedy_and_sampled_rows_do_not_disturb_each_other(
         await engine.stop()
     assert [c.token_ids for c in together] == [c.token_ids for c in alone]
     assert alone[1].token_ids != alone[2].token_ids  # the seeds matter
+
+
+async def test_overlapped_steps_stream_what_serial_steps_do(
+    tiny_pair: TinyPair, tiny_models: LoadedModels
+) -> None:
+    """A step submitted before the last one's tokens are streamed changes no output: greedy and
+    seeded rows, ragged lengths, a stop string, and a request that arrives mid-run."""
+    params = [
+        SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True),
+        SamplingParams(max_tokens=23, temperature=1.2, top_p=0.9, seed=5, ignore_eos=True),
+        SamplingParams(max_tokens=31, temperature=0.0),
+        SamplingParams(max_tokens=40, temperature=0.0, stop=("\n",)),
+    ]
+    prompts = ["def add", "for i in", "class Point", "import os"]
+    results, overlapped = {}, {}
+    for overlap in ("off", "on"):
+        config = replace(engine_config(tiny_pair), overlap=overlap)
+        engine = Engine(tiny_models.runner, tiny_models.tokenizer, FixedK(3), config)
+        await engine.start()
+        try:
+            first = [
+                asyncio.create_task(engine.generate(p, q))
+                for p, q in zip(prompts[:3], params[:3], strict=True)
+            ]
+            await _wait_until(lambda: engine.steps >= 5)  # noqa: B023 - polled before the next loop
+            late = await engine.generate(prompts[3], params[3])
+            done = [*(await asyncio.gather(*first)), late]
+        finally:
+            await engine.stop()
+        results[overlap] = [(c.token_ids, c.text, c.finish_reason) for c in done]
+        overlapped[overlap] = engine.totals.overlapped_steps
+    assert results["on"] == results["off"]
+    assert overlapped["off"] == 0 and overlapped["on"] > 10
 
 
 async def test_speculative_sampling_keeps_the_target_distribution(
