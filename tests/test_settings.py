@@ -37,6 +37,7 @@ def test_the_example_config_is_valid() -> None:
         ("port = [\n", {}, "not valid TOML"),
         ("", {"ADAPTIVESPEC_PORT": "eighty"}, "expected int"),
         ('backend = "tpu"\n', {}, "backend must be one of"),
+        ("", {"ADAPTIVESPEC_OVERLAP": "sideways"}, "overlap must be one of"),
         ('admin_token = "short"\n', {}, "at least 16 characters"),
         ('fleet = "maybe"\n', {}, "fleet must be one of"),
         ("fleet_refresh_seconds = 0\n", {}, "fleet_refresh_seconds must be > 0"),

@@ -127,7 +127,8 @@ class HFRunner:
         if done:
             first = next_tokens(logits[:done], self._sampling(slice(row_start, row_start + done)))  # [done]
             tokens = first.tolist()  # the prefill's one read of the device
-            self.rows.append(row_start, first.unsqueeze(1), torch.ones_like(first), [[t] for t in tokens])
+            host_first, ones = np.asarray(tokens, dtype=np.int64)[:, None], np.ones(done, np.int64)
+            self.rows.append(row_start, first.unsqueeze(1), torch.ones_like(first), host_first, ones)
         self.clock.settle()
         first_tokens: list[int | None] = [*tokens, *[None] * (len(items) - done)]
         return PrefillOutput(first_tokens, time.perf_counter() - began)
@@ -146,18 +147,20 @@ class HFRunner:
             verdict = self._verify(batch, proposal, sampling)
         # The step's one read of the device: every row's tokens, and how many of them it keeps.
         read = torch.cat([verdict.tokens, verdict.accepted.unsqueeze(1)], dim=1).tolist()
-        accepted = [row[-1] for row in read]
-        emitted = [row[: a + 1] for row, a in zip(read, accepted, strict=True)]
-        self.rows.append(0, verdict.tokens, verdict.accepted + 1, emitted)
+        host = np.asarray(read, dtype=np.int64)  # [B, W + 1]
+        host_tokens, accepted = host[:, :-1], host[:, -1]
+        kept = accepted.tolist()
+        emitted = [row[: a + 1] for row, a in zip(read, kept, strict=True)]
+        self.rows.append(0, verdict.tokens, verdict.accepted + 1, host_tokens, accepted + 1)
         if proposal is not None and self.proposer is not None:
-            self.proposer.commit(batch, old_lens, np.asarray(accepted, dtype=np.int64))
+            self.proposer.commit(batch, old_lens, accepted)
         self.clock.settle()
         step_seconds = time.perf_counter() - began
         draft_seconds = self.clock.between(began_mark, drafted_mark)
         return DecodeOutput(
             tokens=emitted,
             drafted=[0] * batch if proposal is None else proposal.host_n_drafts.tolist(),
-            accepted=accepted,
+            accepted=kept,
             k=k,
             width=0 if proposal is None else proposal.drafts.shape[1],
             draft_seconds=draft_seconds,

@@ -61,27 +61,27 @@ class RowState:
         return self.tokens[:batch].gather(1, (self.lens[:batch] - 1).unsqueeze(1))  # [B, 1]
 
     def append(
-        self, row_start: int, new_tokens: torch.Tensor, counts: torch.Tensor, emitted: list[list[int]]
+        self,
+        row_start: int,
+        new_tokens: torch.Tensor,  # [n, W] on the device
+        counts: torch.Tensor,  # [n] on the device
+        host_new: np.ndarray,  # [n, W] int64: the same tokens, already read back
+        host_counts: np.ndarray,  # [n] int64: the same counts
     ) -> None:
         """Appends new_tokens[r, :counts[r]] to rows [row_start, row_start + n).
 
-        `emitted` is the same tokens, already read back to the host. The whole width is
-        written on the device: columns past a row's new length are never read, so writing
-        them is cheaper than masking them.
+        The whole width is written: columns past a row's new length are never read, so
+        writing them is cheaper than masking them.
         """
-        rows = slice(row_start, row_start + new_tokens.shape[0])
-        width = new_tokens.shape[1]
-        if self.shares_memory:
-            host_cols = np.minimum(self.host_lens[rows, None] + np.arange(width), self.cache_len - 1)
-            np.put_along_axis(self.host_tokens[rows], host_cols, new_tokens.numpy(), axis=1)
-        else:
+        rows = slice(row_start, row_start + host_new.shape[0])
+        width = host_new.shape[1]
+        host_cols = np.minimum(self.host_lens[rows, None] + np.arange(width), self.cache_len - 1)
+        np.put_along_axis(self.host_tokens[rows], host_cols, host_new, axis=1)
+        if not self.shares_memory:
             cols = self.lens[rows].unsqueeze(1) + torch.arange(width, device=new_tokens.device)
             self.tokens[rows].scatter_(1, cols.clamp(max=self.cache_len - 1), new_tokens)
             self.lens[rows] += counts
-            for row, tokens in enumerate(emitted, start=row_start):
-                length = int(self.host_lens[row])
-                self.host_tokens[row, length : length + len(tokens)] = tokens
-        self.host_lens[rows] += [len(tokens) for tokens in emitted]
+        self.host_lens[rows] += host_counts
 
     def rewind(self, batch: int, count: int) -> None:
         """Forgets each row's last `count` tokens (benchmarks that hold the context fixed)."""
