@@ -366,7 +366,7 @@ async def test_overlapped_steps_stream_what_serial_steps_do(
         results[overlap] = [(c.token_ids, c.text, c.finish_reason) for c in done]
         overlapped[overlap] = engine.totals.overlapped_steps
     assert results["on"] == results["off"]
-    assert overlapped["off"] == 0 and overlapped["on"] > 10
+    assert overlapped["off"] == 0 and overlapped["on"] >= 5  # 12 in practice; >= 5 before the late one
 
 
 async def test_speculative_sampling_keeps_the_target_distribution(
