@@ -30,8 +30,8 @@ class Detokenizer:
         unless the sequence is finishing (`flush`).
         """
         self._window.extend(token_ids)
-        before = self._decode(self._window[: self._context])
-        after = self._decode(self._window)
+        before = self._decode_ids(self._window[: self._context])
+        after = self._decode_ids(self._window)
         if flush or not after.endswith("\ufffd"):
             self.text += after[len(before) :]
             # The tokens just shown are the next window's context. Advance even when nothing was
@@ -39,9 +39,6 @@ class Detokenizer:
             del self._window[: self._context]
             self._context = len(self._window)
         return self.text
-
-    def _decode(self, ids: list[int]) -> str:
-        return self._decode_ids(ids)
 
 
 def window_decoder(tokenizer: Tokenizer) -> Callable[[list[int]], str]:

@@ -253,7 +253,8 @@ class Engine:
             self.totals.generation_tokens += chunk.sequence.add_tokens([token], self.runner.eos_token_ids)
 
     async def _decode(self) -> None:
-        step, self._ahead = self._ahead or await self._launch(), None
+        step = self._ahead if self._ahead is not None else await self._launch()
+        self._ahead = None
         if step is None:
             return
         try:

@@ -127,8 +127,7 @@ class HFRunner:
         if done:
             first = next_tokens(logits[:done], self._sampling(slice(row_start, row_start + done)))  # [done]
             tokens = first.tolist()  # the prefill's one read of the device
-            host_first, ones = np.asarray(tokens, dtype=np.int64)[:, None], np.ones(done, np.int64)
-            self.rows.append(row_start, first.unsqueeze(1), torch.ones_like(first), host_first, ones)
+            self.rows.append(row_start, np.asarray(tokens, dtype=np.int64)[:, None], np.ones(done, np.int64))
         self.clock.settle()
         first_tokens: list[int | None] = [*tokens, *[None] * (len(items) - done)]
         return PrefillOutput(first_tokens, time.perf_counter() - began)
@@ -151,7 +150,7 @@ class HFRunner:
         host_tokens, accepted = host[:, :-1], host[:, -1]
         kept = accepted.tolist()
         emitted = [row[: a + 1] for row, a in zip(read, kept, strict=True)]
-        self.rows.append(0, verdict.tokens, verdict.accepted + 1, host_tokens, accepted + 1)
+        self.rows.append(0, host_tokens, accepted + 1)
         if proposal is not None and self.proposer is not None:
             self.proposer.commit(batch, old_lens, accepted)
         self.clock.settle()

@@ -60,28 +60,22 @@ class RowState:
     def last_tokens(self, batch: int) -> torch.Tensor:
         return self.tokens[:batch].gather(1, (self.lens[:batch] - 1).unsqueeze(1))  # [B, 1]
 
-    def append(
-        self,
-        row_start: int,
-        new_tokens: torch.Tensor,  # [n, W] on the device
-        counts: torch.Tensor,  # [n] on the device
-        host_new: np.ndarray,  # [n, W] int64: the same tokens, already read back
-        host_counts: np.ndarray,  # [n] int64: the same counts
-    ) -> None:
-        """Appends new_tokens[r, :counts[r]] to rows [row_start, row_start + n).
+    def append(self, row_start: int, new_tokens: np.ndarray, counts: np.ndarray) -> None:
+        """Appends new_tokens[r, :counts[r]] ([n, W] and [n] int64, as the step read them back)
+        to rows [row_start, row_start + n).
 
-        The whole width is written: columns past a row's new length are never read, so
-        writing them is cheaper than masking them.
+        The host copy is written, and on a device with memory of its own the same values are
+        copied there. The whole width is written: columns past a row's new length are never
+        read, so writing them is cheaper than masking them.
         """
-        rows = slice(row_start, row_start + host_new.shape[0])
-        width = host_new.shape[1]
-        host_cols = np.minimum(self.host_lens[rows, None] + np.arange(width), self.cache_len - 1)
-        np.put_along_axis(self.host_tokens[rows], host_cols, host_new, axis=1)
+        rows = slice(row_start, row_start + new_tokens.shape[0])
+        cols = np.minimum(self.host_lens[rows, None] + np.arange(new_tokens.shape[1]), self.cache_len - 1)
+        np.put_along_axis(self.host_tokens[rows], cols, new_tokens, axis=1)
+        self.host_lens[rows] += counts
         if not self.shares_memory:
-            cols = self.lens[rows].unsqueeze(1) + torch.arange(width, device=new_tokens.device)
-            self.tokens[rows].scatter_(1, cols.clamp(max=self.cache_len - 1), new_tokens)
-            self.lens[rows] += counts
-        self.host_lens[rows] += host_counts
+            device = self.tokens.device
+            self.tokens[rows].scatter_(1, upload(cols, device), upload(new_tokens, device))
+            self.lens[rows] = upload(self.host_lens[rows].copy(), device)  # the host array changes next step
 
     def rewind(self, batch: int, count: int) -> None:
         """Forgets each row's last `count` tokens (benchmarks that hold the context fixed)."""
