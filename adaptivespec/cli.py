@@ -21,6 +21,7 @@ from adaptivespec.config import (
     DEFAULT_MODEL,
     DEVICES,
     DTYPES,
+    LINEAR_CHOICES,
     PROPOSERS,
     EngineConfig,
     ModelConfig,
@@ -103,6 +104,11 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--compile", choices=COMPILE_CHOICES, help="compile the decode step at start-up (default off)"
+    )
+    serve.add_argument(
+        "--linear",
+        choices=LINEAR_CHOICES,
+        help="CPU linear layers: oneDNN-packed weights (default) or torch's",
     )
     serve.add_argument("--max-batch", type=int)
     serve.add_argument("--max-queued", type=int)
@@ -206,6 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
             "dtype",
             "attention",
             "compile",
+            "linear",
             "max_batch",
             "max_queued",
             "max_context",

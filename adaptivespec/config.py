@@ -12,6 +12,7 @@ DType = Literal["auto", "float32", "bfloat16", "float16"]
 ProposerKind = Literal["auto", "draft", "ngram"]
 AttentionKind = Literal["packed-gqa", "sdpa"]
 CompileKind = Literal["off", "on"]
+LinearKind = Literal["packed", "torch"]
 OverlapKind = Literal["on", "off"]
 
 DEMO_MODEL = "demo"
@@ -21,6 +22,7 @@ DTYPES: tuple[str, ...] = get_args(DType)
 PROPOSERS: tuple[str, ...] = get_args(ProposerKind)
 ATTENTIONS: tuple[str, ...] = get_args(AttentionKind)
 COMPILE_CHOICES: tuple[str, ...] = get_args(CompileKind)
+LINEAR_CHOICES: tuple[str, ...] = get_args(LinearKind)
 OVERLAP_CHOICES: tuple[str, ...] = get_args(OverlapKind)
 
 
@@ -50,10 +52,16 @@ class ModelConfig:
     attention: AttentionKind = "packed-gqa"
     # "on" compiles the decode step's passes with torch.compile at start-up (compiled_forward.py).
     compile: CompileKind = "off"
+    # "packed": on a CPU, linear weights are reordered once for oneDNN (packed_linear.py);
+    # "torch" keeps torch's own linear. No effect on cuda, nor with compile on (inductor's linears).
+    linear: LinearKind = "packed"
 
     def __post_init__(self) -> None:
         _require(
             self.compile in COMPILE_CHOICES, f"compile must be one of {COMPILE_CHOICES}, got {self.compile!r}"
+        )
+        _require(
+            self.linear in LINEAR_CHOICES, f"linear must be one of {LINEAR_CHOICES}, got {self.linear!r}"
         )
         _require(
             self.attention in ATTENTIONS, f"attention must be one of {ATTENTIONS}, got {self.attention!r}"

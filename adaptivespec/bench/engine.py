@@ -5,6 +5,10 @@ reports our framework overhead: wall time not spent inside model forwards, as a 
 Each case runs ours and the baseline alternately for several rounds and reports the median
 of the rounds' ratios with their range: whole runs on a small shared machine drift by 10-30%
 from one minute to the next, more than the differences being measured.
+
+`generate` runs the model as transformers loads it. Our engine packs its linear weights for
+oneDNN on a CPU (packed_linear.py), so the batch cases also run `generate` on the packed
+model (`...-same-linears`): that ratio is the engine alone, with the model's kernels equal.
 """
 
 from __future__ import annotations
@@ -17,19 +21,21 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from adaptivespec.bench.steps import compare_with_dynamic_cache, prompt_windows
-from adaptivespec.config import DEMO_MODEL, OVERLAP_CHOICES, EngineConfig, ModelConfig
+from adaptivespec.config import DEMO_MODEL, LINEAR_CHOICES, OVERLAP_CHOICES, EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.hardware import hardware_key
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.packed_linear import packed_layers, use_packed_linears
 from adaptivespec.engine.proposers import DraftModelProposer
 from adaptivespec.engine.sampling import SamplingParams
 
@@ -92,6 +98,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument(
         "--overlap", choices=OVERLAP_CHOICES, default="on", help="start a step while the last one streams"
     )
+    bench.add_argument("--linear", choices=LINEAR_CHOICES, default="packed", help="our engine's CPU linears")
     bench.add_argument("--json", type=Path, required=True)
 
 
@@ -99,7 +106,9 @@ def run(args: argparse.Namespace) -> None:
     """Everything torch does (loading, our engine, the baselines) runs on one compute thread."""
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
-    models = ModelConfig(target=args.target, draft=args.draft, device="cpu", dtype="float32")
+    models = ModelConfig(
+        target=args.target, draft=args.draft, device="cpu", dtype="float32", linear=args.linear
+    )
     config = EngineConfig(max_batch=64, max_context=1100, overlap=args.overlap, models=models)
     compute = compute_thread()
     try:
@@ -118,6 +127,7 @@ def run(args: argparse.Namespace) -> None:
     report = {
         "machine": {"hardware_key": hardware_key(torch.device("cpu")), "torch": torch.__version__},
         "overlap": args.overlap,
+        "linear": args.linear,
         "cases": [asdict(c) for c in cases],
     }
     args.json.write_text(json.dumps(report, indent=2))
@@ -135,8 +145,12 @@ async def _cases(
     async def ours(batch: list[list[int]], k: int, ignore_eos: bool) -> tuple[list[list[int]], float, float]:
         return await _ours(loaded, config, batch, n, k, ignore_eos=ignore_eos, compute=compute)
 
-    def hf(batch: list[list[int]], assisted: bool, ignore_eos: bool = False) -> tuple[list[list[int]], float]:
-        return compute.submit(_hf, runner, batch, n, assisted, ignore_eos).result()
+    def hf(
+        batch: list[list[int]], assisted: bool, ignore_eos: bool = False, packed: bool = False
+    ) -> tuple[list[list[int]], float]:
+        return compute.submit(
+            partial(_hf, runner, batch, n, assisted, ignore_eos=ignore_eos, packed=packed)
+        ).result()
 
     # Batch 1 is measured over four prompts one after another (acceptance depends on the
     # prompt); K is tuned on four other held-out prompts, K = 0 among them: on a machine where
@@ -146,6 +160,7 @@ async def _cases(
     best_k = max(rates, key=rates.__getitem__)
     assisted, plain = Rounds(), Rounds()
     batch_cases = {int(b): Rounds() for b in args.batches.split(",")}
+    same_linears = {batch: Rounds() for batch in batch_cases} if packed_layers(runner.models) else {}
     for round_ in range(args.rounds):
         print(f"round {round_ + 1}/{args.rounds}", flush=True)
         ours_runs = [await ours(p, best_k, False) for p in solo]
@@ -160,12 +175,19 @@ async def _cases(
             tokens, rate, overhead = await ours(prompts[:batch], 0, True)
             theirs, their_rate = hf(prompts[:batch], False, ignore_eos=True)
             rounds.add(rate, their_rate, overhead, tokens == theirs)
+            if batch in same_linears:
+                theirs, their_rate = hf(prompts[:batch], False, ignore_eos=True, packed=True)
+                same_linears[batch].add(rate, their_rate, overhead, tokens == theirs)
     return [
         assisted.case("b1-best-k-vs-hf-assisted", "generate(assistant_model)", best_k),
         plain.case("b1-best-k-vs-hf-generate", "generate", best_k),
         *(
             rounds.case(f"b{batch}-plain-vs-hf-generate", "generate (padded batch)", 0)
             for batch, rounds in batch_cases.items()
+        ),
+        *(
+            rounds.case(f"b{batch}-plain-vs-hf-generate-same-linears", "generate, packed linears", 0)
+            for batch, rounds in same_linears.items()
         ),
     ]
 
@@ -198,7 +220,24 @@ async def _ours(
 
 
 def _hf(
-    runner: HFRunner, prompts: list[list[int]], n: int, assisted: bool, ignore_eos: bool = False
+    runner: HFRunner,
+    prompts: list[list[int]],
+    n: int,
+    assisted: bool,
+    *,
+    ignore_eos: bool = False,
+    packed: bool = False,
+) -> tuple[list[list[int]], float]:
+    """`generate` on the runner's models, with torch's own linears unless `packed`."""
+    use_packed_linears(runner.models, on=packed)
+    try:
+        return _generate(runner, prompts, n, assisted, ignore_eos)
+    finally:
+        use_packed_linears(runner.models, on=True)
+
+
+def _generate(
+    runner: HFRunner, prompts: list[list[int]], n: int, assisted: bool, ignore_eos: bool
 ) -> tuple[list[list[int]], float]:
     model = runner.target.model
     width = max(len(p) for p in prompts)

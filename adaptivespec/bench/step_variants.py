@@ -1,10 +1,11 @@
 """`adaptivespec bench variants`: one decode step built two ways, side by side, with the outputs.
 
 Each variant (packed GQA attention against transformers' SDPA, a compiled step against an
-eager one) runs the same greedy requests from the same fresh prefill, in alternation over
-the repeats, so drift on a noisy machine falls on every variant alike. The report gives
-median step times, the speed-up over the first variant, and how many rows' tokens differ
-from the first variant's: a variant that changes the output is not a speed-up.
+eager one, oneDNN-packed linear weights against torch's linear) runs the same greedy
+requests from the same fresh prefill, in alternation over the repeats, so drift on a noisy
+machine falls on every variant alike. The report gives median step times, the speed-up over
+the first variant, and how many rows' tokens differ from the first variant's: a variant
+that changes the output is not a speed-up.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.packed_gqa import use_attention
-
-COMPARISONS = ("attention", "compile")
+from adaptivespec.engine.packed_linear import packed_layers, use_packed_linears
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,21 @@ def compile_variants() -> list[Variant]:
         runner.run_compiled(True)
 
     return [Variant("eager", lambda runner: runner.run_compiled(False)), Variant("compiled", compiled)]
+
+
+def linear_variants() -> list[Variant]:
+    """Needs a runner loaded with `linear = "packed"`: the dense weights stay beside the packed ones."""
+    return [
+        Variant("torch", lambda runner: use_packed_linears(runner.models, on=False)),
+        Variant("packed", lambda runner: use_packed_linears(runner.models, on=True)),
+    ]
+
+
+VARIANTS: dict[str, Callable[[], list[Variant]]] = {
+    "attention": attention_variants,
+    "compile": compile_variants,
+    "linear": linear_variants,
+}
 
 
 def compare(
@@ -112,7 +127,7 @@ def _cells(case: VariantCase, name: str) -> str:
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = kinds.add_parser("variants", help="one decode step built two ways: step time and outputs")
-    parser.add_argument("--compare", choices=COMPARISONS, default="attention")
+    parser.add_argument("--compare", choices=tuple(VARIANTS), default="attention")
     parser.add_argument("--target", default=DEFAULT_MODEL)
     parser.add_argument("--draft", default=None, help="a draft model; without one, n-gram prompt lookup")
     parser.add_argument("--device", choices=DEVICES, default="auto")
@@ -132,7 +147,9 @@ def run(args: argparse.Namespace) -> None:
     runner = loaded.runner
     if not isinstance(runner, HFRunner):
         raise SystemExit("bench variants needs the hf runner")
-    variants = attention_variants() if args.compare == "attention" else compile_variants()
+    if args.compare == "linear" and not packed_layers(runner.models):
+        raise SystemExit("no linear layer was packed: oneDNN packing needs a CPU and float32 or bfloat16")
+    variants = VARIANTS[args.compare]()
     cases = []
     header = " ".join(f"{v.name + ' ms':>15} {'x':>5} {'diff':>4} {'setup s':>7}" for v in variants)
     print(f"{'batch':>5} {'K':>2} {header}")

@@ -42,6 +42,7 @@ from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.packed_linear import use_packed_linears
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.telemetry import Subscription
 
@@ -218,14 +219,21 @@ class Harness:
                 traffic, self.fixed_k if name == "openvino-spec" else 0
             )
         if name == "hf-static":
-            pad = self.loaded.tokenizer.pad_token_id
-            pad_id = int(pad if pad is not None else min(self.loaded.runner.eos_token_ids, default=0))
-            model = self.loaded.runner.target.model
-            batch = self.config.max_batch
-            return lambda traffic: static_batching.serve(model, pad_id, traffic, batch, self.compute)
+            return self._serve_static
         policies: dict[str, SpecPolicy] = {"ours-off": FixedK(0), "ours-fixed": FixedK(self.fixed_k)}
         policy = policies.get(name, self.adaptive.policy)
         return lambda traffic: self._serve_ours(policy, traffic)
+
+    async def _serve_static(self, traffic: list[Request]) -> list[Served]:
+        """transformers' model as it loads: our engine's packed linears are switched off for it."""
+        pad = self.loaded.tokenizer.pad_token_id
+        pad_id = int(pad if pad is not None else min(self.loaded.runner.eos_token_ids, default=0))
+        model = self.loaded.runner.target.model
+        use_packed_linears([model], on=False)
+        try:
+            return await static_batching.serve(model, pad_id, traffic, self.config.max_batch, self.compute)
+        finally:
+            use_packed_linears([model], on=True)
 
     async def _serve_openvino(self, traffic: list[Request], lookup_k: int) -> list[Served]:
         if self.openvino is None:

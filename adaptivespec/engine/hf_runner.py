@@ -15,6 +15,7 @@ import torch
 from transformers import PreTrainedModel
 
 from adaptivespec.engine.cached_model import CachedModel, ForwardClock
+from adaptivespec.engine.packed_linear import packed_layers
 from adaptivespec.engine.proposers import Proposal, Proposer
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState, upload
@@ -107,7 +108,8 @@ class HFRunner:
     def describe(self) -> str:
         return (
             f"hf runner on {self.hardware_key}: KV cache preallocated for {self.max_batch} rows x "
-            f"{self.cache_len} positions = {self.kv_bytes / 2**20:.1f} MiB"
+            f"{self.cache_len} positions = {self.kv_bytes / 2**20:.1f} MiB; "
+            f"{packed_layers(self.models)} linear layers packed for oneDNN"
         )
 
     @torch.inference_mode()

@@ -27,6 +27,7 @@ from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.model_cache import announce
 from adaptivespec.engine.model_sources import ModelSource, resolve_models
 from adaptivespec.engine.packed_gqa import use_attention
+from adaptivespec.engine.packed_linear import can_pack, pack_linears
 from adaptivespec.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from adaptivespec.errors import ModelLoadError
 
@@ -56,7 +57,13 @@ def _from_pretrained(loader: Callable[..., object], name: str, **kwargs: object)
 
 
 def load_model(
-    name: str, device: torch.device, dtype: torch.dtype, positions: int, attention: str = "sdpa"
+    name: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    positions: int,
+    *,
+    attention: str = "sdpa",
+    linear: str = "torch",
 ) -> PreTrainedModel:
     """Reads the config first, so that a model the engine cannot run is refused before its weights load."""
     config = _from_pretrained(AutoConfig.from_pretrained, name)
@@ -74,6 +81,8 @@ def load_model(
     torch.nn.Module.to(model, device)
     model.eval()
     use_attention([model], packed=attention == "packed-gqa")
+    if linear == "packed" and can_pack(device, dtype):
+        pack_linears(model)
     return model
 
 
@@ -124,7 +133,11 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
     target_source, draft_source = resolve_models(models, progress)
     positions = config.max_context + config.max_spec_tokens
-    target = load_model(target_source.path, device, dtype, positions, models.attention)
+    # A compiled step leaves the linears to inductor, which cannot lower oneDNN's packed op.
+    linear = models.linear if models.compile == "off" else "torch"
+    target = load_model(
+        target_source.path, device, dtype, positions, attention=models.attention, linear=linear
+    )
     tokenizer = load_tokenizer(target_source.path)
     clock = ForwardClock(on_cuda=device.type == "cuda")
     cache_len = config.max_context + config.max_spec_tokens + 1
@@ -132,7 +145,9 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     if draft_source is None:
         proposer = NgramProposer(models.ngram_max, models.ngram_min)
     else:
-        draft = load_model(draft_source.path, device, dtype, positions, models.attention)
+        draft = load_model(
+            draft_source.path, device, dtype, positions, attention=models.attention, linear=linear
+        )
         check_same_tokenizer(tokenizer, load_tokenizer(draft_source.path))
         proposer = DraftModelProposer(
             draft, draft_source.key, config.max_batch, cache_len, clock, target_width=_logit_width(target)
