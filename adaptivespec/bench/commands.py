@@ -19,7 +19,17 @@ from typing import Any
 
 import torch
 
-from adaptivespec.bench import calibrate, control, controller, engine, fleet, serve, step_variants, workload
+from adaptivespec.bench import (
+    calibrate,
+    control,
+    controller,
+    engine,
+    fleet,
+    serve,
+    step_profile,
+    step_variants,
+    workload,
+)
 from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
 from adaptivespec.config import DEMO_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
@@ -51,6 +61,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     engine.register(kinds)
     workload.register(kinds)
     step_variants.register(kinds)
+    step_profile.register(kinds)
     for parser in (steps, cache, accept):
         parser.add_argument("--target", default=DEMO_MODEL)
         parser.add_argument("--draft", default=DEMO_MODEL)
@@ -69,6 +80,7 @@ def run(args: argparse.Namespace) -> None:
         "engine": engine.run,
         "workload": workload.run,
         "variants": step_variants.run,
+        "profile": step_profile.run,
     }
     if args.bench in commands:
         commands[args.bench](args)

@@ -21,7 +21,7 @@ from typing import Any
 
 from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.steps import prefill_rows, prompt_windows
-from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, LinearKind, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
@@ -142,7 +142,11 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> None:
     horizon = args.context + (args.steps + 2) * (max(args.ks) + 1) + 1
-    models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    # The linear comparison needs the packed layers; the compiled step cannot take them (loader.py).
+    linear: LinearKind = "torch" if args.compare == "compile" else "packed"
+    models = ModelConfig(
+        target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, linear=linear
+    )
     loaded = load_runner(EngineConfig(max_batch=max(args.batches), max_context=horizon, models=models))
     runner = loaded.runner
     if not isinstance(runner, HFRunner):
