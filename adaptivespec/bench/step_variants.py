@@ -21,7 +21,7 @@ from typing import Any
 
 from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.steps import prefill_rows, prompt_windows
-from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, LinearKind, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
@@ -54,12 +54,23 @@ def attention_variants() -> list[Variant]:
 
 
 def compile_variants() -> list[Variant]:
+    """The eager step with torch's linears, with packed ones (where the runner has them), and
+    the compiled step, which traces torch's linears (inductor freezes and prepacks them itself)."""
+
+    def eager(packed: bool) -> Callable[[HFRunner], None]:
+        def apply(runner: HFRunner) -> None:
+            runner.run_compiled(False)
+            use_packed_linears(runner.models, on=packed)
+
+        return apply
+
     def compiled(runner: HFRunner) -> None:
+        use_packed_linears(runner.models, on=False)
         if runner.target.compiled is None:
             runner.compile()
         runner.run_compiled(True)
 
-    return [Variant("eager", lambda runner: runner.run_compiled(False)), Variant("compiled", compiled)]
+    return [Variant("eager", eager(False)), Variant("packed", eager(True)), Variant("compiled", compiled)]
 
 
 def linear_variants() -> list[Variant]:
@@ -142,11 +153,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> None:
     horizon = args.context + (args.steps + 2) * (max(args.ks) + 1) + 1
-    # The linear comparison needs the packed layers; the compiled step cannot take them (loader.py).
-    linear: LinearKind = "torch" if args.compare == "compile" else "packed"
-    models = ModelConfig(
-        target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, linear=linear
-    )
+    models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
     loaded = load_runner(EngineConfig(max_batch=max(args.batches), max_context=horizon, models=models))
     runner = loaded.runner
     if not isinstance(runner, HFRunner):

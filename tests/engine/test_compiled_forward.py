@@ -8,6 +8,7 @@ from adaptivespec.bench.step_variants import compare, compile_variants
 from adaptivespec.engine.compiled_forward import compiled_graphs
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
+from adaptivespec.engine.packed_linear import packed_layers
 from adaptivespec.engine.runner import PrefillItem
 from adaptivespec.engine.sampling import SamplingParams
 
@@ -35,4 +36,14 @@ def test_warm_up_builds_every_graph_and_outputs_match_eager(tiny_pair: TinyPair)
     assert compiled_graphs() == warmed
 
     case = compare(runner, PROMPTS, 3, steps=5, variants=compile_variants(), repeats=1)
-    assert case.mismatched_rows == {"eager": 0, "compiled": 0}
+    assert case.mismatched_rows == {"eager": 0, "packed": 0, "compiled": 0}
+
+
+def test_the_compiled_step_traces_torchs_linears_beside_packed_ones(tiny_pair: TinyPair) -> None:
+    """`bench variants --compare compile` loads packed layers and compiles with them switched off."""
+    runner = load_runner(engine_config(tiny_pair, "ngram", max_batch=4), progress=False).runner
+    assert isinstance(runner, HFRunner)
+    assert packed_layers(runner.models) > 0
+    case = compare(runner, PROMPTS, 3, steps=5, variants=compile_variants(), repeats=1)
+    assert case.mismatched_rows == {"eager": 0, "packed": 0, "compiled": 0}
+    assert runner.target.compiled is not None
