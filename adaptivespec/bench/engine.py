@@ -20,6 +20,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,7 +36,7 @@ from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.hardware import hardware_key
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import LoadedModels, load_runner
-from adaptivespec.engine.packed_linear import packed_layers, use_packed_linears
+from adaptivespec.engine.packed_linear import packed_layers, torch_linears
 from adaptivespec.engine.proposers import DraftModelProposer
 from adaptivespec.engine.sampling import SamplingParams
 
@@ -229,11 +230,8 @@ def _hf(
     packed: bool = False,
 ) -> tuple[list[list[int]], float]:
     """`generate` on the runner's models, with torch's own linears unless `packed`."""
-    use_packed_linears(runner.models, on=packed)
-    try:
+    with nullcontext() if packed else torch_linears(runner.models):
         return _generate(runner, prompts, n, assisted, ignore_eos)
-    finally:
-        use_packed_linears(runner.models, on=True)
 
 
 def _generate(

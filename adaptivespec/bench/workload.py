@@ -42,7 +42,7 @@ from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import LoadedModels, load_runner
-from adaptivespec.engine.packed_linear import use_packed_linears
+from adaptivespec.engine.packed_linear import torch_linears
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.telemetry import Subscription
 
@@ -229,11 +229,8 @@ class Harness:
         pad = self.loaded.tokenizer.pad_token_id
         pad_id = int(pad if pad is not None else min(self.loaded.runner.eos_token_ids, default=0))
         model = self.loaded.runner.target.model
-        use_packed_linears([model], on=False)
-        try:
+        with torch_linears([model]):
             return await static_batching.serve(model, pad_id, traffic, self.config.max_batch, self.compute)
-        finally:
-            use_packed_linears([model], on=True)
 
     async def _serve_openvino(self, traffic: list[Request], lookup_k: int) -> list[Served]:
         if self.openvino is None:

@@ -16,7 +16,8 @@ weight. `linear = "torch"` turns packing off.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -71,13 +72,25 @@ def pack_linears(model: torch.nn.Module) -> int:
     return len(targets)
 
 
+def _packed(models: Iterable[torch.nn.Module]) -> Iterator[PackedLinear]:
+    return (m for model in models for m in model.modules() if isinstance(m, PackedLinear))
+
+
 def packed_layers(models: Iterable[torch.nn.Module]) -> int:
-    return sum(isinstance(m, PackedLinear) for model in models for m in model.modules())
+    return sum(1 for _ in _packed(models))
 
 
 def use_packed_linears(models: Iterable[torch.nn.Module], on: bool) -> None:
     """Switches packed layers between the packed weight and the dense one (side-by-side benchmarks)."""
-    for model in models:
-        for module in model.modules():
-            if isinstance(module, PackedLinear):
-                module.enabled = on
+    for layer in _packed(models):
+        layer.enabled = on
+
+
+@contextmanager
+def torch_linears(models: Sequence[torch.nn.Module]) -> Iterator[None]:
+    """The models as transformers loaded them, for a baseline run; packed again afterwards."""
+    use_packed_linears(models, on=False)
+    try:
+        yield
+    finally:
+        use_packed_linears(models, on=True)

@@ -12,7 +12,13 @@ from adaptivespec.bench.step_variants import compare, linear_variants
 from adaptivespec.config import ModelConfig
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
-from adaptivespec.engine.packed_linear import PackedLinear, can_pack, pack_linears, packed_layers
+from adaptivespec.engine.packed_linear import (
+    PackedLinear,
+    can_pack,
+    pack_linears,
+    packed_layers,
+    torch_linears,
+)
 from adaptivespec.errors import ConfigError
 
 from ..conftest import TEST_DEVICE, TinyPair, engine_config
@@ -65,6 +71,19 @@ def test_packing_a_model_keeps_its_logits_its_tied_weights_and_its_own_layers() 
     assert isinstance(model.model.layers[0].mlp.down_proj, _Adapter)
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+def test_a_baseline_runs_torchs_linears_and_the_packing_comes_back_even_after_an_error() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    pack_linears(model)
+    layers = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    with torch_linears([model]):
+        assert not any(layer.enabled for layer in layers)
+    assert all(layer.enabled for layer in layers)
+    with pytest.raises(RuntimeError, match="baseline failed"), torch_linears([model]):
+        raise RuntimeError("baseline failed")
+    assert all(layer.enabled for layer in layers)
 
 
 @needs_onednn
