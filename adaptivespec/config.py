@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.errors import ConfigError
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -139,6 +140,8 @@ class ServeConfig:
     fleet: str = "auto"  # pool with the other hosts of the database: on, off, auto (= on PostgreSQL)
     host_id: str | None = None  # this host's name in the fleet; None = the machine's host name
     fleet_refresh_seconds: float = 5.0  # how often the other hosts' totals are read and folded in
+    fleet_learning_sync_seconds: float = 0.05  # flush and refresh this often while a cell is young
+    fleet_young_cell_steps: int = 200  # a cell is young until the fleet has this many steps in it
     sse_keepalive_seconds: float = 15.0  # a comment line on a stream that has been quiet this long
     served_model_name: str | None = None
     sim_hardware: str = "h100-sxm"
@@ -155,6 +158,8 @@ class ServeConfig:
         _require(self.flush_seconds > 0, "flush_seconds must be > 0")
         _require(self.fleet in _FLEET_MODES, f"fleet must be one of {_FLEET_MODES}, got {self.fleet!r}")
         _require(self.fleet_refresh_seconds > 0, "fleet_refresh_seconds must be > 0")
+        _require(self.fleet_learning_sync_seconds > 0, "fleet_learning_sync_seconds must be > 0")
+        _require(self.fleet_young_cell_steps >= 0, "fleet_young_cell_steps must be >= 0")
         _require(
             self.host_id is None or 0 < len(self.host_id) <= 256,
             "host_id must be 1 to 256 characters (it keys this host's rows in the fleet tables)",
@@ -165,6 +170,15 @@ class ServeConfig:
         _require(
             self.admin_token is None or len(self.admin_token) >= 16,
             "admin_token must be at least 16 characters (generate one with: openssl rand -hex 32)",
+        )
+
+    @property
+    def sync_cadence(self) -> SyncCadence:
+        return SyncCadence(
+            self.flush_seconds,
+            self.fleet_refresh_seconds,
+            self.fleet_learning_sync_seconds,
+            self.fleet_young_cell_steps,
         )
 
     def pools_with_fleet(self, dialect: str) -> bool:

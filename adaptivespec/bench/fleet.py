@@ -2,8 +2,10 @@
 
 Each host runs the `bench control` simulator scenario with its own controller (its own bandit
 seed), a real tally, and real flushes and refreshes against the database, on its own virtual
-clock: the host whose clock is behind steps next, and it flushes every `--flush-seconds` and
-refreshes every `--refresh-seconds` of its clock, as a daemon would. Hosts run the schedule
+clock: the host whose clock is behind steps next, and it flushes and refreshes on its clock at
+the daemon's cadence (`SyncCadence`: every `--learning-sync-seconds` while a cell it steps has
+fewer than `--young-cell-steps` in the fleet, else every `--flush-seconds` and
+`--refresh-seconds`). Hosts run the schedule
 out of phase (host h starts 1/N of the way through it and wraps around), as hosts behind one
 load balancer sit at different load levels at any moment; `--stagger none` runs them in step,
 and `--stagger join` starts host h at h/N of a lone host's run, in the same order: a fleet that
@@ -36,6 +38,7 @@ from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.fleet import Tally, fold
 from adaptivespec.controller.policy import FixedK
+from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
@@ -58,8 +61,25 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     load.add_argument("--workload", type=Path, help="workload JSON file")
     fleet.add_argument("--steps-per-bucket", type=int, default=None, help="default 2000")
     fleet.add_argument("--seed", type=int, default=0)
-    fleet.add_argument("--flush-seconds", type=float, default=2.0, help="virtual seconds between flushes")
-    fleet.add_argument("--refresh-seconds", type=float, default=5.0, help="virtual seconds between refreshes")
+    steady = SyncCadence()
+    fleet.add_argument(
+        "--flush-seconds", type=float, default=steady.flush_seconds, help="virtual seconds between flushes"
+    )
+    fleet.add_argument(
+        "--refresh-seconds", type=float, default=steady.refresh_seconds, help="virtual s between refreshes"
+    )
+    fleet.add_argument(
+        "--learning-sync-seconds",
+        type=float,
+        default=steady.young_seconds,
+        help="virtual seconds between flushes and refreshes while a cell is young",
+    )
+    fleet.add_argument(
+        "--young-cell-steps",
+        type=int,
+        default=steady.young_steps,
+        help="fleet steps under which a cell is young (0: never sync fast)",
+    )
     fleet.add_argument("--stagger", choices=("rotate", "none", "join"), default="rotate")
     fleet.add_argument(
         "--window", type=int, default=WINDOW, help=f"steps of rolling goodput (default {WINDOW})"
@@ -75,8 +95,10 @@ class _Host:
     key: FleetKey
     results: list[PhaseResult] = field(default_factory=list)
     clock: float = 0.0  # virtual seconds of decode steps
-    next_flush: float = 0.0
-    next_refresh: float = 0.0
+    next_tick: float = 0.0
+    last_flush: float | None = None
+    last_refresh: float | None = None
+    learning: bool = False  # as the daemon's FleetSync: syncing fast while a cell stepped is young
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
 
@@ -94,8 +116,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("--hosts must be >= 1")
     if args.window < 1:
         raise ConfigError("--window must be >= 1 step")
-    if args.flush_seconds <= 0 or args.refresh_seconds <= 0:
-        raise ConfigError("--flush-seconds and --refresh-seconds must be > 0")
+    cadence = SyncCadence(
+        args.flush_seconds, args.refresh_seconds, args.learning_sync_seconds, args.young_cell_steps
+    )
     loop, workload, scenario, _ = sim_scenario(args)
     phases = len(workload.load)
     orders = [_order(h, args.hosts, phases, args.stagger) for h in range(args.hosts)]
@@ -112,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             repository = FleetRepository(store.engine)
             plan = list(zip(orders, starts, strict=True))
-            fleet, database, seconds = _fleet(loop, args, run_key, repository, bar, plan=plan)
+            fleet, database, seconds = _fleet(loop, cadence, run_key, repository, bar, plan=plan)
         finally:
             store.close()
     report = {
@@ -122,6 +145,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "stagger": args.stagger,
         "flush_seconds": args.flush_seconds,
         "refresh_seconds": args.refresh_seconds,
+        "learning_sync_seconds": args.learning_sync_seconds,
+        "young_cell_steps": args.young_cell_steps,
         "window": args.window,
         **_learning(lone, fleet, targets, oracle, args.window),
         **_database_costs(database, seconds),
@@ -199,7 +224,7 @@ def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> _Host:
 
 def _fleet(
     loop: SimLoop,
-    args: argparse.Namespace,
+    cadence: SyncCadence,
     run_key: str,
     repository: FleetRepository,
     bar: tqdm[Any],
@@ -212,7 +237,7 @@ def _fleet(
     for h, (order, start) in enumerate(plan):
         controller = Controller(run_key, loop.hardware_key, ControllerConfig(seed=h))
         host = _Host(h, controller, order, FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
-        host.clock = host.next_flush = host.next_refresh = start
+        host.clock = host.next_tick = start
         controller.tally = Tally(repository.own(host.key))
         hosts.append(host)
     steppers = {
@@ -225,7 +250,7 @@ def _fleet(
         if next(steppers[index], StopIteration) is StopIteration:
             continue
         bar.update(1)
-        _sync(host, repository, database, args)
+        _sync(host, repository, database, cadence)
         heapq.heappush(queue, (host.clock, index))
     for host in hosts:  # the last totals, as a daemon's shutdown flush writes them
         _flush(host, repository, database)
@@ -240,15 +265,23 @@ def _clocked(host: _Host) -> Callable[[StepTelemetry], None]:
     return on_step
 
 
-def _sync(host: _Host, repository: FleetRepository, database: _Database, args: argparse.Namespace) -> None:
-    if host.clock >= host.next_flush:
+def _sync(host: _Host, repository: FleetRepository, database: _Database, cadence: SyncCadence) -> None:
+    """What `FleetSync.sync` does every tick, on the host's virtual clock."""
+    if host.clock < host.next_tick:
+        return
+    host.next_tick = host.clock + cadence.tick_seconds
+    tally = host.controller.tally
+    stepped = tally.changed_cells() if tally is not None else set()
+    host.learning = cadence.learning(host.controller, stepped)
+    flush_every, refresh_every = cadence.intervals(host.learning)
+    if host.last_flush is None or host.clock - host.last_flush >= flush_every:
         _flush(host, repository, database)
-        host.next_flush = host.clock + args.flush_seconds
-    if host.clock >= host.next_refresh:
+        host.last_flush = host.clock
+    if host.last_refresh is None or host.clock - host.last_refresh >= refresh_every:
         began = time.perf_counter()
         fold(host.controller, repository.pooled(host.key))
         database.refresh_ms.append((time.perf_counter() - began) * 1000)
-        host.next_refresh = host.clock + args.refresh_seconds
+        host.last_refresh = host.clock
 
 
 def _flush(host: _Host, repository: FleetRepository, database: _Database) -> None:

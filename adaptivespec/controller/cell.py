@@ -95,11 +95,18 @@ class Cell:
     _upper: dict[int, float] = field(default_factory=dict)  # optimistic bounds at the last refresh
     ruled_out: frozenset[int] = frozenset()  # arms dominated by a smaller K, here or at a smaller batch
     _times: dict[int, EWStat] | None = None  # `seconds` and `fleet` merged, until either changes
+    _fleet_changed: bool = False  # since the candidates were last pruned
+    _seeded: frozenset[int] = frozenset()  # arms the bandit knows a measurement of
 
     @property
     def informed(self) -> bool:
         """Measured here, or by other hosts of the fleet."""
         return self.samples > 0 or bool(self.fleet)
+
+    @property
+    def evidence_steps(self) -> int:
+        """Steps measured in this cell, here and by the fleet."""
+        return self.samples + sum(stat.count for stat in self.fleet.values())
 
     def times(self) -> dict[int, EWStat]:
         """Step seconds per K: this host's, beside the fleet's (each weighing at most one window)."""
@@ -112,7 +119,11 @@ class Cell:
         return self._times
 
     def set_fleet(self, seconds: dict[int, EWStat], hosts: int) -> None:
+        """New evidence from other hosts: the candidates are re-pruned at the next step (an arm
+        held for its dwell stops as soon as the fleet's measurements rule it out), and an arm
+        only the fleet measured seeds the bandit."""
         self.fleet, self.fleet_hosts, self._times = seconds, hosts, None
+        self._fleet_changed = True
 
     def adopt(self, acceptance: Acceptance) -> None:
         """Decides from the fleet's measurements alone, before this host runs the cell."""
@@ -133,6 +144,7 @@ class Cell:
         self.samples += 1
         if self._bandit is not None and k in self.candidates:
             self._bandit.update(k, expected * self.correction(k))
+            self._seeded |= {k}
 
     def correction(self, k: int) -> float:
         stat = self.corrections.get(k)
@@ -192,10 +204,11 @@ class Cell:
         tokens = {k: acceptance(k) for k in self.settings.arms}  # once per step, for every pricing
         predicted = self.predictions(tokens.__getitem__)
         bandit = self._bandit
-        if bandit is None or self._dwell_left == 0:
+        if bandit is None or self._dwell_left == 0 or self._fleet_changed:
             neighbourhood = around() if around is not None else Neighbourhood()
             self._upper = self.optimistic(tokens.__getitem__, neighbourhood.floor, predicted)
-            bandit = self._refresh(predicted, self._upper, neighbourhood.ruled_out)
+            bandit = self._refresh(predicted, self._upper, neighbourhood.ruled_out, self._fleet_changed)
+            self._fleet_changed = False
         self._decide(predicted)
         if self._dwell_left > 0 and self.running in self.candidates:
             self._dwell_left -= 1
@@ -209,9 +222,17 @@ class Cell:
         return self.running
 
     def _refresh(
-        self, predicted: dict[int, float], bounds: dict[int, float], inherited: frozenset[int]
+        self,
+        predicted: dict[int, float],
+        bounds: dict[int, float],
+        inherited: frozenset[int],
+        fleet_changed: bool = False,
     ) -> ArmPolicy:
         """Re-prunes the candidates; a changed set gets a fresh bandit, warm-started from measurements.
+
+        So does fleet evidence of an arm the bandit has not seen measured: it is then seeded
+        like one measured here, instead of staying untried, which the bandit would spend a step
+        on. Other fleet evidence keeps the bandit, and what it has learned from its pulls.
 
         An arm stays a candidate while its upper bound is within `prune_margin` of the best
         prediction and above the decision's lower bound: exploration never spends a step on an
@@ -233,14 +254,15 @@ class Cell:
             or (bound >= floor and k not in self.ruled_out)
             or (k == 0 and k not in predicted)
         )
-        if self._bandit is not None and candidates == self.candidates:
+        unseeded = fleet_changed and bool(predicted.keys() - self._seeded)
+        if self._bandit is not None and candidates == self.candidates and not unseeded:
             return self._bandit
         self.candidates = candidates
         bandit = self.make_bandit()
         for k in candidates:
             for _ in range(self.settings.prior_weight if k in predicted else 0):
                 bandit.update(k, predicted[k])
-        self._bandit = bandit
+        self._bandit, self._seeded = bandit, frozenset(predicted)
         return bandit
 
     def _dominated(self, lowers: dict[int, float]) -> frozenset[int]:

@@ -147,6 +147,10 @@ class Tally:
         """Steps of every life: what the host's row in the fleet counts."""
         return self.baseline.steps + self.steps
 
+    def changed_cells(self) -> set[tuple[int, int]]:
+        """(context bucket, batch bucket) of every row the next flush writes."""
+        return {(ctx, batch) for ctx, batch, _ in self._changed_arms}
+
     def take_changes(self) -> FleetTotals:
         """The absolute totals (all lives) of every row that changed since the last flush; they
         count as flushed until `give_back`. Absolute, so a flush retried after it did commit

@@ -167,7 +167,7 @@ async def _learner(config: ServeConfig, runner: Runner, store: Store) -> tuple[C
     if not pooling:
         return controller, None
     repository = FleetRepository(store.engine)
-    fleet = FleetSync(controller, repository, host_id, config.flush_seconds, config.fleet_refresh_seconds)
+    fleet = FleetSync(controller, repository, host_id, config.sync_cadence)
     await fleet.start()
     log.info("pooling with %d other hosts as %r", fleet.status.hosts, host_id)
     return controller, fleet

@@ -17,6 +17,7 @@ from typing import Literal
 
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.fleet import Tally, fold
+from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.store.fleet import FleetKey, FleetRepository
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class FleetStatus:
     last_refresh_at: float | None = None
     refresh_seconds: float = 0.0  # how long the last refresh took (query and fold)
     failures: int = 0  # consecutive
+    learning: bool = False  # a cell served lately has little fleet evidence: syncing fast
     error: str | None = None
     flushes: int = 0
     rows_written: int = 0
@@ -55,6 +57,7 @@ class FleetStatus:
             "last_flush_age_s": age(self.last_flush_at),
             "last_refresh_age_s": age(self.last_refresh_at),
             "consecutive_failures": self.failures,
+            "sync": "learning" if self.learning else "steady",
             "error": self.error,
         }
 
@@ -65,14 +68,12 @@ class FleetSync:
         controller: Controller,
         repository: FleetRepository,
         host_id: str,
-        flush_seconds: float,
-        refresh_seconds: float,
+        cadence: SyncCadence,
     ) -> None:
         self.controller = controller
         self.repository = repository
         self.key = FleetKey(host_id, controller.model_key, controller.hardware_key)
-        self.flush_seconds = flush_seconds
-        self.refresh_seconds = refresh_seconds
+        self.cadence = cadence
         self.status = FleetStatus()
         self.started_at = datetime.now(timezone.utc)
 
@@ -83,16 +84,25 @@ class FleetSync:
         await self.refresh()
 
     async def run(self) -> None:
-        """Flushes every `flush_seconds` and refreshes every `refresh_seconds`, until cancelled."""
+        """Flushes and refreshes whenever the cadence says they are due, until cancelled."""
         while True:
             await asyncio.sleep(self._delay())
             try:
-                await self.flush()
-                if self._refresh_due():
-                    await self.refresh()
+                await self.sync()
                 self._succeeded()
             except Exception as exc:  # the database is away: serve on, retry later
                 self._failed(exc)
+
+    async def sync(self) -> None:
+        """A flush, a refresh, both or neither: fast while a cell served lately is young."""
+        tally = self.controller.tally
+        stepped = tally.changed_cells() if tally is not None else set()
+        self.status.learning = self.cadence.learning(self.controller, stepped)
+        flush_every, refresh_every = self.cadence.intervals(self.status.learning)
+        if _due(self.status.last_flush_at, flush_every):
+            await self.flush()
+        if _due(self.status.last_refresh_at, refresh_every):
+            await self.refresh()
 
     async def flush(self) -> None:
         tally = self.controller.tally
@@ -118,14 +128,10 @@ class FleetSync:
         self.status.hosts = view.hosts
         self.status.pooled_steps = view.totals.steps
 
-    def _refresh_due(self) -> bool:
-        last = self.status.last_refresh_at
-        return last is None or time.time() - last >= self.refresh_seconds
-
     def _delay(self) -> float:
         if not self.status.failures:
-            return self.flush_seconds
-        return min(MAX_BACKOFF_SECONDS, self.flush_seconds * 2.0 ** min(self.status.failures, 16))
+            return self.cadence.tick_seconds
+        return min(MAX_BACKOFF_SECONDS, self.cadence.flush_seconds * 2.0 ** min(self.status.failures, 16))
 
     def _succeeded(self) -> None:
         if self.status.state != "ok":
@@ -142,3 +148,7 @@ class FleetSync:
                 "fleet database unreachable (%s); serving on the last view, retrying with backoff",
                 self.status.error,
             )
+
+
+def _due(last: float | None, every: float) -> bool:
+    return last is None or time.time() - last >= every

@@ -133,6 +133,43 @@ async def test_a_database_outage_keeps_serving_and_loses_nothing(
     assert "adaptivespec:fleet_db_up 1.0" in metrics
 
 
+async def test_a_daemon_shares_a_young_cell_at_once_and_a_learned_one_at_the_steady_pace(
+    aiohttp_client: Any, tmp_path: Path, postgres_url: str
+) -> None:
+    slow = {"flush_seconds": 30.0, "fleet_refresh_seconds": 30.0, "fleet_learning_sync_seconds": 0.05}
+    young = await aiohttp_client(
+        create_app(_fleet_config(tmp_path, postgres_url, "gpu-young", fleet_young_cell_steps=10**6, **slow))
+    )
+    controller = young.app[SERVICES].controller
+    await _serve_load(young)
+    # every cell stepped is young: flushes come every 0.05 s, not every 30 s
+    await _wait_until(
+        lambda: (
+            _pooled_steps(postgres_url, controller.model_key, controller.hardware_key) == controller.ingested
+        ),
+        timeout=10.0,
+    )
+    assert (await (await young.get("/health")).json())["fleet"]["sync"] == "learning"
+    await young.close()
+
+    steady = await aiohttp_client(
+        create_app(
+            _fleet_config(
+                tmp_path, postgres_url, "gpu-steady", sim_hardware="l4", fleet_young_cell_steps=0, **slow
+            )
+        )
+    )
+    fleet, controller = steady.app[SERVICES].fleet, steady.app[SERVICES].controller
+    assert fleet is not None
+    await _wait_until(lambda: fleet.status.flushes == 1)  # the first tick flushes what there is
+    await _serve_load(steady)
+    await asyncio.sleep(1.0)
+    assert fleet.status.flushes == 1  # the next one is 30 s away
+    assert _pooled_steps(postgres_url, controller.model_key, controller.hardware_key) == 0
+    assert (await (await steady.get("/health")).json())["fleet"]["sync"] == "steady"
+    await steady.close()
+
+
 async def test_the_dashboard_queries_only_metrics_the_daemon_exports(
     aiohttp_client: Any, tmp_path: Path
 ) -> None:
