@@ -13,8 +13,10 @@ from transformers import PreTrainedModel
 from adaptivespec.engine.attention import AttentionSpec
 from adaptivespec.engine.compiled_forward import CompiledForward
 from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
+from adaptivespec.engine.packed_gqa import NAME as PACKED_GQA
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import upload
+from adaptivespec.engine.segments import SegmentLayout
 
 Mark = float | torch.cuda.Event  # a point in time: perf_counter seconds, or an event on the stream
 
@@ -108,6 +110,29 @@ class CachedModel:
         out = self.model(**inputs) if self.compiled is None else self.compiled(step=step, **inputs)
         self.clock.add(began, self.clock.mark())
         return out.logits
+
+    @property
+    def runs_segments(self) -> bool:
+        """Whether a decode step and prompt chunks can share one forward (segments.py): only
+        through our attention function, on full-attention layers, and eager."""
+        implementation = getattr(self.model.config, "_attn_implementation", None)
+        return implementation == PACKED_GQA and self.attention.window is None and self.compiled is None
+
+    def forward_segments(self, ids: torch.Tensor, layout: SegmentLayout) -> torch.Tensor:
+        """ids [1, T] laid out as `layout` says -> logits [B + chunks, V], each row's last token."""
+        began = self.clock.mark()
+        self.cache.bind_flat(layout.rows, layout.cols, layout.segments.rows, layout.read_len)
+        out = self.model(
+            input_ids=ids,
+            position_ids=layout.positions,
+            attention_mask=layout.segments.decode_mask,  # 4-D, so transformers builds none; unused
+            use_cache=True,
+            logits_to_keep=layout.keep,
+            segments=layout.segments,
+            **{self.cache_kwarg: self.cache},
+        )
+        self.clock.add(began, self.clock.mark())
+        return out.logits[0]
 
     def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
         """Left-padded batched prefill; row r's chunk lands at columns [starts[r], ...).

@@ -22,9 +22,9 @@ from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.intake import Intake
 from adaptivespec.engine.prefill_pacer import PrefillPacer
-from adaptivespec.engine.runner import DecodeOutput, PrefillItem, Runner
+from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput, Runner
 from adaptivespec.engine.sampling import SamplingParams
-from adaptivespec.engine.scheduler import RowMoves, Scheduler
+from adaptivespec.engine.scheduler import PromptChunk, RowMoves, Scheduler
 from adaptivespec.engine.sequence import Sequence, SequenceStats, TokenEvent
 from adaptivespec.engine.telemetry import TelemetryBus, decode_record
 from adaptivespec.engine.tokenizer import Tokenizer
@@ -218,35 +218,70 @@ class Engine:
         raises stops the loop (see `_loop`). A step submitted ahead already holds the batch,
         so nothing is admitted before it.
         """
-        if self._ahead is None:
-            await self._admit()
+        if self._ahead is None and await self._admit():
+            return  # the prompts went in with this step's decode
         if self._ahead is not None or self.scheduler.running:
             await self._decode()
         else:
             await asyncio.sleep(0)
 
-    async def _admit(self) -> None:
-        """Prefills newcomers, or the next chunk of a long prompt, within the pacer's budget."""
+    async def _admit(self) -> bool:
+        """Prefills newcomers, or the next chunk of a long prompt, within the pacer's budget.
+
+        While rows decode at K = 0 and the runner can, the chunks go into the decode step's
+        own forward (segments.py), and this returns True: the step is done.
+        """
         moves = self.scheduler.compact()  # rows of finished requests are freed first
-        decoding = bool(self.scheduler.running)
-        admission = self.scheduler.admit(self.pacer.budget(decoding, self.scheduler.prompts_waiting))
+        batch = list(self.scheduler.running)
+        fused = bool(batch) and self._fuses(batch)
+        waiting = self.scheduler.prompts_waiting
+        admission = self.scheduler.admit(self.pacer.budget(bool(batch), waiting, fused=fused))
         await self._move(moves)
         if not admission.chunks:
-            return
+            return False
         items = [
             PrefillItem(c.sequence.prompt_ids, c.sequence.params, c.sequence.seed, c.start, c.end)
             for c in admission.chunks
         ]
+        if fused:
+            await self._decode_with(batch, admission.chunks, items)
+            return True
         try:
             out = await self._compute(self.runner.prefill, admission.row_start, items)
         except Exception as exc:  # contained: only these requests fail
             log.exception("prefill failed")
             for chunk in admission.chunks:
                 chunk.sequence.fail("error", f"prefill failed: {type(exc).__name__}")
+            return False
+        self.pacer.prefilled(sum(c.end - c.start for c in admission.chunks), out.seconds)
+        self._first_tokens(admission.chunks, out)
+        return False
+
+    def _fuses(self, batch: list[Sequence]) -> bool:
+        """Whether this step would be a plain one that can take the prompt chunks in its forward."""
+        if not self.runner.fuses_prompts:
+            return False
+        return self.policy.k_for(len(batch), int(sum(len(s) for s in batch) / len(batch))) == 0
+
+    async def _decode_with(
+        self, batch: list[Sequence], chunks: list[PromptChunk], items: list[PrefillItem]
+    ) -> None:
+        """One forward for a plain step over `batch` and the prompt chunks after it. Its time
+        is not published as a plain step's: the chunks' work is in it."""
+        context = sum(len(s) for s in batch) / len(batch)
+        try:
+            out, prefill = await self._compute(self.runner.decode_with_prompts, len(batch), items)
+        except Exception as exc:  # contained: only these requests fail
+            log.exception("decode step with prompt chunks failed")
+            for sequence in [*batch, *(c.sequence for c in chunks)]:
+                sequence.fail("error", f"decode step failed: {type(exc).__name__}")
             return
-        fed = sum(c.end - c.start for c in admission.chunks)
-        self.pacer.prefilled(fed, out.seconds)
-        for chunk, token in zip(admission.chunks, out.first_tokens, strict=True):
+        self.pacer.prefilled_beside_step(sum(c.end - c.start for c in chunks), out.step_seconds)
+        self._first_tokens(chunks, prefill)
+        self._stream_step(batch, context, out, timed=False)
+
+    def _first_tokens(self, chunks: list[PromptChunk], out: PrefillOutput) -> None:
+        for chunk, token in zip(chunks, out.first_tokens, strict=True):
             if token is None:
                 continue  # more of its prompt goes in next step
             self.totals.prompt_tokens += len(chunk.sequence.prompt_ids)
@@ -268,7 +303,7 @@ class Engine:
             lengths = [len(s) + len(t) for s, t in zip(step.batch, out.tokens, strict=True)]
             self._ahead = self._submit_decode(step.batch, lengths)
             self.totals.overlapped_steps += 1
-        self._stream_step(step, out)
+        self._stream_step(step.batch, step.context, out)
 
     async def _launch(self) -> DecodeInFlight | None:
         await self._move(self.scheduler.compact())  # some may have finished at their first token
@@ -294,12 +329,16 @@ class Engine:
         eos = self.runner.eos_token_ids
         return not any(s.may_finish_with(t, eos) for s, t in zip(batch, out.tokens, strict=True))
 
-    def _stream_step(self, step: DecodeInFlight, out: DecodeOutput) -> None:
+    def _stream_step(
+        self, batch: list[Sequence], context: float, out: DecodeOutput, timed: bool = True
+    ) -> None:
+        """`timed`: the step was a decode step alone, so its time is the pacer's and telemetry's."""
         self.steps += 1
-        self.pacer.decoded(out.step_seconds)
+        if timed:
+            self.pacer.decoded(out.step_seconds)
         kept = 0
         for sequence, tokens, drafted, accepted in zip(
-            step.batch, out.tokens, out.drafted, out.accepted, strict=True
+            batch, out.tokens, out.drafted, out.accepted, strict=True
         ):
             sequence.stats.steps += 1
             sequence.stats.drafted += drafted
@@ -307,9 +346,11 @@ class Engine:
             if not sequence.finished:
                 kept += sequence.add_tokens(tokens, self.runner.eos_token_ids)
         self.totals.generation_tokens += kept
+        if not timed:
+            return
         keys = {"model_key": self.runner.model_key, "hardware_key": self.runner.hardware_key}
         self.telemetry.publish(
-            decode_record(out, **keys, batch_size=len(step.batch), context=step.context, emitted=kept)
+            decode_record(out, **keys, batch_size=len(batch), context=context, emitted=kept)
         )
 
     async def _move(self, moves: RowMoves) -> None:

@@ -21,6 +21,7 @@ from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import BatchSampling, SamplingParams, next_tokens
+from adaptivespec.engine.segments import SegmentLayout
 from adaptivespec.engine.verification import Verdict, verify
 
 WARM_UP = SamplingParams(max_tokens=4, temperature=0.0)
@@ -133,6 +134,45 @@ class HFRunner:
         self.clock.settle()
         first_tokens: list[int | None] = [*tokens, *[None] * (len(items) - done)]
         return PrefillOutput(first_tokens, time.perf_counter() - began)
+
+    @property
+    def fuses_prompts(self) -> bool:
+        return self.target.runs_segments
+
+    @torch.inference_mode()
+    def decode_with_prompts(self, batch: int, items: list[PrefillItem]) -> tuple[DecodeOutput, PrefillOutput]:
+        """A plain step over rows [0, batch) and the items' chunks into rows batch, batch + 1, ...,
+        in one forward of the target (segments.py). The tokens are those of `prefill` into those
+        rows followed by `decode(batch, 0)` over the rows before them."""
+        began = time.perf_counter()
+        for r, item in enumerate(items):
+            if item.completes:
+                self.rows.write_prompt(batch + r, item.prompt)
+                self._set_sampling(batch + r, item)
+        starts = np.array([item.start for item in items], dtype=np.int64)
+        counts = np.array([item.stop - item.start for item in items], dtype=np.int64)
+        layout = SegmentLayout.build(self.rows.host_lens[:batch], starts, counts, self.device)
+        chunks = [item.chunk for item in items]
+        ids = torch.cat([self.rows.last_tokens(batch)[:, 0], upload(np.concatenate(chunks), self.device)])
+        logits = self.target.forward_segments(ids.unsqueeze(0), layout)  # [batch + chunks, V]
+        if self.proposer is not None:
+            self.proposer.prefill(batch, chunks, starts.tolist())
+        done = sum(1 for item in items if item.completes)  # only the last may stop short
+        decoded = next_tokens(logits[:batch], self._sampling(slice(0, batch)))  # [batch]
+        first = next_tokens(logits[batch : batch + done], self._sampling(slice(batch, batch + done)))
+        read = torch.cat([decoded, first]).tolist()  # the step's one read of the device
+        self.rows.set_lens(batch, [item.stop for item in items])
+        self.rows.append(0, np.asarray(read[:batch], dtype=np.int64)[:, None], np.ones(batch, np.int64))
+        if done:
+            self.rows.append(
+                batch, np.asarray(read[batch:], dtype=np.int64)[:, None], np.ones(done, np.int64)
+            )
+        self.clock.settle()
+        seconds = time.perf_counter() - began
+        step = DecodeOutput(
+            [[t] for t in read[:batch]], [0] * batch, [0] * batch, 0, 0, 0.0, seconds, seconds
+        )
+        return step, PrefillOutput([*read[batch:], *[None] * (len(items) - done)], seconds)
 
     @torch.inference_mode()
     def decode(self, batch: int, k: int) -> DecodeOutput:

@@ -43,9 +43,9 @@ class SlotKVCache(Cache):
         # Zeros, not empty: a masked column must never hold NaN, which would survive masking.
         self.keys = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
         self.values = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
-        self._row_start = 0
-        self._row_index = torch.zeros(0, 1, dtype=torch.long, device=device)  # [n, 1]
-        self._cols = torch.zeros(0, 0, dtype=torch.long, device=device)  # [n, T]
+        self._rows = slice(0, 0)  # the rows a forward reads
+        self._row_index = torch.zeros(0, 1, dtype=torch.long, device=device)  # [n, 1], or [1, T] flattened
+        self._cols = torch.zeros(0, 0, dtype=torch.long, device=device)  # [n, T], or [1, T] flattened
         self._read_len = 0
 
     @property
@@ -55,8 +55,16 @@ class SlotKVCache(Cache):
     def bind(self, row_start: int, cols: torch.Tensor, read_len: int) -> None:
         """Aim the next forward's writes at rows [row_start, row_start+n) and columns `cols` [n, T]."""
         n = cols.shape[0]
-        self._row_start = row_start
+        self._rows = slice(row_start, row_start + n)
         self._row_index = torch.arange(row_start, row_start + n, device=cols.device).unsqueeze(1)
+        self._cols = cols
+        self._read_len = read_len
+
+    def bind_flat(self, rows: torch.Tensor, cols: torch.Tensor, row_count: int, read_len: int) -> None:
+        """Aim a flattened forward's writes: token t of [1, T] goes to row rows[0, t], column
+        cols[0, t]; reads return rows [0, row_count) (see segments.py)."""
+        self._rows = slice(0, row_count)
+        self._row_index = rows
         self._cols = cols
         self._read_len = read_len
 
@@ -69,11 +77,10 @@ class SlotKVCache(Cache):
         **kwargs: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        # key_states: [n, kv_heads, T, head_dim]; advanced indexing puts [n, T] first.
+        # key_states: [n, kv_heads, T, head_dim]; advanced indexing puts [n, T] first (n = 1 flattened).
         keys[self._row_index, :, self._cols] = key_states.transpose(1, 2).to(keys.dtype)
         values[self._row_index, :, self._cols] = value_states.transpose(1, 2).to(values.dtype)
-        rows = slice(self._row_start, self._row_start + self._cols.shape[0])
-        return keys[rows, :, : self._read_len], values[rows, :, : self._read_len]
+        return keys[self._rows, :, : self._read_len], values[self._rows, :, : self._read_len]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._read_len

@@ -20,6 +20,8 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from adaptivespec.engine.segments import Segments
+
 NAME = "adaptivespec_packed_gqa"
 MAX_PACKED_QUERY = 16  # query tokens per row up to which packing is used: verify passes
 # One query token gains nothing measurable (transformers packs it itself where it has no GQA kernel).
@@ -36,7 +38,18 @@ def packed_gqa_attention(
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """An attention function for transformers' registry; returns [n, T, H, d_v] like its SDPA."""
+    """An attention function for transformers' registry; returns [n, T, H, d_v] like its SDPA.
+
+    With `segments` (a flattened step with prompt chunks, see segments.py), each group of rows
+    attends on its own, through this same function.
+    """
+    segments: Segments | None = kwargs.pop("segments", None)
+    if segments is not None:
+
+        def group(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return packed_gqa_attention(module, q, k, v, mask, dropout=dropout, scaling=scaling, **kwargs)[0]
+
+        return segments.attend(query, key, value, group), None
     n, heads, length, _ = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads

@@ -78,4 +78,13 @@ class Runner(Protocol):
 
     def decode(self, batch: int, k: int) -> DecodeOutput: ...
 
+    @property
+    def fuses_prompts(self) -> bool:
+        """Whether `decode_with_prompts` saves anything over `prefill` then `decode(batch, 0)`."""
+        ...
+
+    def decode_with_prompts(self, batch: int, items: list[PrefillItem]) -> tuple[DecodeOutput, PrefillOutput]:
+        """A plain step over rows [0, batch), and items into rows batch, batch + 1, ..., together."""
+        ...
+
     def move_rows(self, srcs: list[int], dsts: list[int]) -> None: ...

@@ -67,6 +67,14 @@ class SimRunner:
             step_seconds=cost.step_seconds,
         )
 
+    @property
+    def fuses_prompts(self) -> bool:
+        return False  # the simulator prices a prefill on its own
+
+    def decode_with_prompts(self, batch: int, items: list[PrefillItem]) -> tuple[DecodeOutput, PrefillOutput]:
+        prefill = self.prefill(batch, items)
+        return self.decode(batch, 0), prefill
+
     def move_rows(self, srcs: list[int], dsts: list[int]) -> None:
         self._alpha[dsts] = self._alpha[srcs]
         self._context[dsts] = self._context[srcs]

@@ -7,10 +7,11 @@ import asyncio
 import pytest
 import torch
 
+from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import FixedK, StaticTable
 from adaptivespec.engine.engine import Completion, Engine
-from adaptivespec.engine.loader import load_runner
-from adaptivespec.engine.runner import PrefillItem, PrefillOutput
+from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import SamplingParams
 
 from ..conftest import TinyPair, engine_config
@@ -47,6 +48,12 @@ async def _run(
             return prefill(row_start, items)
 
         loaded.runner.prefill = recording  # type: ignore[method-assign]
+    return await _serve(loaded, config, policy, staggered)
+
+
+async def _serve(
+    loaded: LoadedModels, config: EngineConfig, policy: FixedK | StaticTable, staggered: bool = True
+) -> list[Completion]:
     engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
     await engine.start()
     try:
@@ -124,3 +131,27 @@ def test_prompts_fed_in_chunks_between_decode_steps_stay_exact(
         assert chunked.token_ids == plain.token_ids
     assert any(not item.completes for item in prefills), "no prompt was split"
     assert any(item.start > 0 and item.completes for item in prefills), "no prompt was finished in pieces"
+
+
+@pytest.mark.parametrize("proposer", ["draft", "ngram"])
+def test_prompts_fed_into_plain_steps_stay_exact(
+    tiny_pair: TinyPair, baseline: list[Completion], proposer: str
+) -> None:
+    """At K = 0 the later groups' chunks go into the decode step's own forward (segments.py),
+    and the draft's cache is filled beside it for the steps that speculate later."""
+    fused: list[PrefillItem] = []
+    config = engine_config(tiny_pair, proposer, prefill_chunk_tokens=5)
+    loaded = load_runner(config, progress=False)
+    together = loaded.runner.decode_with_prompts
+
+    def recording(batch: int, items: list[PrefillItem]) -> tuple[DecodeOutput, PrefillOutput]:
+        fused.extend(items)
+        return together(batch, items)
+
+    loaded.runner.decode_with_prompts = recording  # type: ignore[method-assign]
+    flapping = StaticTable.parse([(1, 3, 0), (4, 6, 2), (7, 9, 0)], default_k=0)
+    outputs = asyncio.run(_serve(loaded, config, flapping))
+    for plain, mixed in zip(baseline, outputs, strict=True):
+        assert mixed.token_ids == plain.token_ids
+    assert any(not item.completes for item in fused), "no chunk went into a decode step"
+    assert any(item.start > 0 and item.completes for item in fused), "no prompt was finished in a decode step"

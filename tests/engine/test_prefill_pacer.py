@@ -14,16 +14,16 @@ def test_a_step_prefills_what_fits_in_its_share_of_a_decode_step() -> None:
     pacer = PrefillPacer(ceiling=512)
     assert pacer.budget(decoding=False, waiting=3) == 512  # nothing to protect
     assert pacer.budget(decoding=True, waiting=1) == FIRST_CHUNK  # nothing measured yet
-    pacer.decoded(0.130)
+    pacer.decoded(0.200)
     _fed(pacer, [FIRST_CHUNK], fixed=0.05, per_token=0.002)  # one size seen, and it fits 20 shares
     assert pacer.budget(decoding=True, waiting=20) > FIRST_CHUNK  # so bigger chunks are tried
     _fed(pacer, [16, 64, 32, 128, 48, 96], fixed=0.05, per_token=0.002)  # 50 ms of weights, 2 ms a token
-    pacer.decoded(0.130)
+    pacer.decoded(0.200)
     fixed, per_token = pacer.cost.line()
     assert fixed == pytest.approx(0.05) and per_token == pytest.approx(0.002)
-    assert pacer.budget(decoding=True, waiting=1) == int((PACE * 0.130 - 0.05) / 0.002)  # 27 tokens
+    assert abs(pacer.budget(decoding=True, waiting=1) - (PACE * 0.200 - 0.05) / 0.002) <= 1  # 35 tokens
     # A queue of prompts gets a larger share per step, up to the ceiling.
-    assert pacer.budget(decoding=True, waiting=3) == int((3 * PACE * 0.130 - 0.05) / 0.002)
+    assert abs(pacer.budget(decoding=True, waiting=3) - (3 * PACE * 0.200 - 0.05) / 0.002) <= 1
     assert pacer.budget(decoding=True, waiting=50) == 512
 
 
@@ -56,3 +56,18 @@ def test_a_burst_paces_its_second_wave_from_what_the_first_cost() -> None:
     # 16 waiting prompts' shares are 0.40 s, and 512 tokens took 0.25 s: the rest goes in at once.
     assert learned.budget(decoding=True, waiting=16) == 512
     assert learned.budget(decoding=True, waiting=1) == SMALLEST_CHUNK  # one share: a probe
+
+
+def test_chunks_inside_a_decode_step_are_paced_by_what_they_add_to_it() -> None:
+    pacer = PrefillPacer(ceiling=512)
+    pacer.decoded(0.100)
+    _fed(pacer, [16, 64, 128], fixed=0.05, per_token=0.002)  # forwards of their own
+    alone = pacer.budget(decoding=True, waiting=1, fused=True)
+    assert alone == FIRST_CHUNK  # nothing measured inside a step yet
+    for tokens in (32, 96, 64, 160):  # a step of 100 ms that carried them: 0.4 ms a token more
+        pacer.prefilled_beside_step(tokens, 0.100 + 0.0004 * tokens)
+    fixed, per_token = pacer.beside_step.line()
+    assert fixed == pytest.approx(0.0, abs=1e-9) and per_token == pytest.approx(0.0004)
+    assert abs(pacer.budget(decoding=True, waiting=1, fused=True) - PACE * 0.100 / 0.0004) <= 1  # 175
+    assert pacer.budget(decoding=True, waiting=1) == SMALLEST_CHUNK  # alone, 10 tokens would fit
+    assert pacer.step_seconds == pytest.approx(0.100)  # the steps that carried chunks are not its measure
