@@ -32,6 +32,7 @@ from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.attention import FULL, AttentionSpec
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import SamplingParams
 
 from ..conftest import TEST_DEVICE, TinyPair
@@ -119,16 +120,38 @@ def _reference(loaded: LoadedModels) -> list[list[int]]:
     return outputs
 
 
+# Families whose prompts go into K = 0 decode steps' forwards (segments.py): full attention
+# through our attention function. The others prefill apart (sliding windows, eager soft-capping).
+FUSES_PROMPTS = {"llama", "qwen3", "gpt2"}
+
+
 @pytest.mark.parametrize("family", list(_configs(1)))
 def test_greedy_output_equals_generate_at_every_k(families: dict[str, Path], family: str) -> None:
     reference: list[list[int]] | None = None
     for proposer in ("ngram", "draft"):
         config = _config(families[family], proposer)
         loaded = load_runner(config, progress=False)
+        assert loaded.runner.fuses_prompts == (family in FUSES_PROMPTS)
+        fused = _count_fused_steps(loaded)
         reference = reference or _reference(loaded)
         for k in (0, 1, 4, 8) if proposer == "ngram" else (1, 4, 8):
             outputs = asyncio.run(_serve(loaded, config, k))
             assert outputs == reference, f"{family}, {proposer}, K={k}"
+            if k == 0 and family in FUSES_PROMPTS:
+                assert fused, "no prompt went into a decode step"
+
+
+def _count_fused_steps(loaded: LoadedModels) -> list[int]:
+    """Records the prompt chunks of every decode step that carried some."""
+    fused: list[int] = []
+    together = loaded.runner.decode_with_prompts
+
+    def recording(batch: int, items: list[PrefillItem]) -> tuple[DecodeOutput, PrefillOutput]:
+        fused.append(len(items))
+        return together(batch, items)
+
+    loaded.runner.decode_with_prompts = recording  # type: ignore[method-assign]
+    return fused
 
 
 @pytest.mark.parametrize("family", ["mistral-window", "gemma3-local-global", "qwen2-sliding"])
