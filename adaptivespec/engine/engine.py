@@ -59,6 +59,7 @@ class EngineTotals:
     prompt_tokens: int = 0  # of admitted requests, when they are admitted
     generation_tokens: int = 0  # tokens requests kept: none past a stop condition
     overlapped_steps: int = 0  # decode steps submitted while the previous one's tokens streamed
+    steps_with_prompts: int = 0  # decode steps that carried prompt chunks (not in telemetry)
 
 
 def compute_thread() -> ThreadPoolExecutor:
@@ -277,6 +278,7 @@ class Engine:
                 sequence.fail("error", f"decode step failed: {type(exc).__name__}")
             return
         self.pacer.prefilled_beside_step(sum(c.end - c.start for c in chunks), out.step_seconds)
+        self.totals.steps_with_prompts += 1
         self._first_tokens(chunks, prefill)
         self._stream_step(batch, context, out, timed=False)
 

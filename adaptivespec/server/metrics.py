@@ -42,6 +42,11 @@ class Metrics:
             "Decode steps started while the previous step's tokens were streamed (of step_seconds_count).",
             registry=r,
         )
+        self.steps_with_prompts = Counter(
+            "adaptivespec:decode_steps_with_prompts",
+            "Decode steps that carried prompt chunks in their forward (not in step_seconds).",
+            registry=r,
+        )
         self.step_seconds = Histogram(
             "adaptivespec:step_seconds", "Decode step wall time.", buckets=STEP_BUCKETS, registry=r
         )
@@ -114,6 +119,7 @@ class Metrics:
         self.prompt_tokens.inc(totals.prompt_tokens - self._counted.prompt_tokens)
         self.generation_tokens.inc(totals.generation_tokens - self._counted.generation_tokens)
         self.overlapped_steps.inc(totals.overlapped_steps - self._counted.overlapped_steps)
+        self.steps_with_prompts.inc(totals.steps_with_prompts - self._counted.steps_with_prompts)
         self._counted = replace(totals)
         self.running.set(len(engine.scheduler.running))
         self.waiting.set(len(engine.scheduler.waiting))

@@ -120,6 +120,7 @@ async def test_health_models_and_metrics(sim_client: TestClient[Any, Any]) -> No
         "adaptivespec:generation_tokens_total",
         "adaptivespec:step_seconds_bucket",
         "adaptivespec:decode_steps_overlapped_total",
+        "adaptivespec:decode_steps_with_prompts_total 0.0",  # the simulator prefills apart
         "adaptivespec:spec_decode_num_draft_tokens_total",
         "adaptivespec:spec_decode_num_accepted_tokens_total",
         'adaptivespec:spec_k{batch_bucket="1",ctx_bucket="1-512"}',
