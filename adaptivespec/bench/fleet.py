@@ -98,7 +98,6 @@ class _Host:
     next_tick: float = 0.0
     last_flush: float | None = None
     last_refresh: float | None = None
-    learning: bool = False  # as the daemon's FleetSync: syncing fast while a cell stepped is young
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
 
@@ -270,14 +269,11 @@ def _sync(host: _Host, repository: FleetRepository, database: _Database, cadence
     if host.clock < host.next_tick:
         return
     host.next_tick = host.clock + cadence.tick_seconds
-    tally = host.controller.tally
-    stepped = tally.changed_cells() if tally is not None else set()
-    host.learning = cadence.learning(host.controller, stepped)
-    flush_every, refresh_every = cadence.intervals(host.learning)
-    if host.last_flush is None or host.clock - host.last_flush >= flush_every:
+    due = cadence.due(host.controller, host.clock, host.last_flush, host.last_refresh)
+    if due.flush:
         _flush(host, repository, database)
         host.last_flush = host.clock
-    if host.last_refresh is None or host.clock - host.last_refresh >= refresh_every:
+    if due.refresh:
         began = time.perf_counter()
         fold(host.controller, repository.pooled(host.key))
         database.refresh_ms.append((time.perf_counter() - began) * 1000)

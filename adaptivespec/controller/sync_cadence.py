@@ -24,6 +24,15 @@ CellKey = tuple[int, int]  # (context bucket, batch bucket)
 
 
 @dataclass(frozen=True, slots=True)
+class SyncDue:
+    """What one look at the cadence decided."""
+
+    learning: bool  # a cell stepped since the last flush is young
+    flush: bool
+    refresh: bool
+
+
+@dataclass(frozen=True, slots=True)
 class SyncCadence:
     flush_seconds: float = 2.0  # a host whose cells have evidence flushes this often ...
     refresh_seconds: float = 5.0  # ... and reads the fleet's view this often
@@ -48,6 +57,17 @@ class SyncCadence:
             return min(self.young_seconds, self.flush_seconds), min(self.young_seconds, self.refresh_seconds)
         return self.flush_seconds, self.refresh_seconds
 
+    def due(
+        self, controller: Controller, now: float, last_flush: float | None, last_refresh: float | None
+    ) -> SyncDue:
+        """One look, at time `now` (the daemon's wall clock, or a benchmark host's virtual one)."""
+        tally = controller.tally
+        learning = self.learning(controller, tally.changed_cells() if tally is not None else ())
+        flush_every, refresh_every = self.intervals(learning)
+        return SyncDue(
+            learning, _elapsed(last_flush, now, flush_every), _elapsed(last_refresh, now, refresh_every)
+        )
+
     def learning(self, controller: Controller, stepped: Iterable[CellKey]) -> bool:
         """Whether a cell stepped since the last flush has too little evidence in the fleet yet."""
         return any(self._young(controller, key) for key in stepped)
@@ -55,3 +75,7 @@ class SyncCadence:
     def _young(self, controller: Controller, key: CellKey) -> bool:
         cell = controller.cells.get(key)
         return cell is not None and cell.evidence_steps < self.young_steps
+
+
+def _elapsed(last: float | None, now: float, every: float) -> bool:
+    return last is None or now - last >= every

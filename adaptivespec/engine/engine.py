@@ -233,9 +233,13 @@ class Engine:
         own forward (segments.py), and this returns True: the step is done.
         """
         moves = self.scheduler.compact()  # rows of finished requests are freed first
-        batch = list(self.scheduler.running)
-        fused = bool(batch) and self._fuses(batch)
         waiting = self.scheduler.prompts_waiting
+        if not waiting:
+            await self._move(moves)
+            return False
+        batch = list(self.scheduler.running)
+        context = sum(len(s) for s in batch) / len(batch) if batch else 0.0
+        fused = bool(batch) and self._fuses(len(batch), context)
         admission = self.scheduler.admit(self.pacer.budget(bool(batch), waiting, fused=fused))
         await self._move(moves)
         if not admission.chunks:
@@ -245,7 +249,7 @@ class Engine:
             for c in admission.chunks
         ]
         if fused:
-            await self._decode_with(batch, admission.chunks, items)
+            await self._decode_with(batch, context, admission.chunks, items)
             return True
         try:
             out = await self._compute(self.runner.prefill, admission.row_start, items)
@@ -258,18 +262,15 @@ class Engine:
         self._first_tokens(admission.chunks, out)
         return False
 
-    def _fuses(self, batch: list[Sequence]) -> bool:
+    def _fuses(self, batch: int, context: float) -> bool:
         """Whether this step would be a plain one that can take the prompt chunks in its forward."""
-        if not self.runner.fuses_prompts:
-            return False
-        return self.policy.k_for(len(batch), int(sum(len(s) for s in batch) / len(batch))) == 0
+        return self.runner.fuses_prompts and self.policy.k_for(batch, int(context)) == 0
 
     async def _decode_with(
-        self, batch: list[Sequence], chunks: list[PromptChunk], items: list[PrefillItem]
+        self, batch: list[Sequence], context: float, chunks: list[PromptChunk], items: list[PrefillItem]
     ) -> None:
         """One forward for a plain step over `batch` and the prompt chunks after it. Its time
         is not published as a plain step's: the chunks' work is in it."""
-        context = sum(len(s) for s in batch) / len(batch)
         try:
             out, prefill = await self._compute(self.runner.decode_with_prompts, len(batch), items)
         except Exception as exc:  # contained: only these requests fail

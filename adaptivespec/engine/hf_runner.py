@@ -117,22 +117,16 @@ class HFRunner:
     def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput:
         began = time.perf_counter()
         chunks, starts = [item.chunk for item in items], [item.start for item in items]
-        for r, item in enumerate(items):
-            if item.completes:
-                self.rows.write_prompt(row_start + r, item.prompt)
-                self._set_sampling(row_start + r, item)
+        done = self._open_rows(row_start, items)
         logits = self.target.prefill(row_start, chunks, starts)  # [n, V]
         if self.proposer is not None:
             self.proposer.prefill(row_start, chunks, starts)
-        self.rows.set_lens(row_start, [item.stop for item in items])  # what the cache holds so far
-        done = sum(1 for item in items if item.completes)  # only the last item may stop short
         tokens: list[int] = []
         if done:
             first = next_tokens(logits[:done], self._sampling(slice(row_start, row_start + done)))  # [done]
             tokens = first.tolist()  # the prefill's one read of the device
-            self.rows.append(row_start, np.asarray(tokens, dtype=np.int64)[:, None], np.ones(done, np.int64))
+        first_tokens = self._close_rows(row_start, items, tokens)
         self.clock.settle()
-        first_tokens: list[int | None] = [*tokens, *[None] * (len(items) - done)]
         return PrefillOutput(first_tokens, time.perf_counter() - began)
 
     @property
@@ -145,10 +139,7 @@ class HFRunner:
         in one forward of the target (segments.py). The tokens are those of `prefill` into those
         rows followed by `decode(batch, 0)` over the rows before them."""
         began = time.perf_counter()
-        for r, item in enumerate(items):
-            if item.completes:
-                self.rows.write_prompt(batch + r, item.prompt)
-                self._set_sampling(batch + r, item)
+        done = self._open_rows(batch, items)
         starts = np.array([item.start for item in items], dtype=np.int64)
         counts = np.array([item.stop - item.start for item in items], dtype=np.int64)
         layout = SegmentLayout.build(self.rows.host_lens[:batch], starts, counts, self.device)
@@ -157,22 +148,40 @@ class HFRunner:
         logits = self.target.forward_segments(ids.unsqueeze(0), layout)  # [batch + chunks, V]
         if self.proposer is not None:
             self.proposer.prefill(batch, chunks, starts.tolist())
-        done = sum(1 for item in items if item.completes)  # only the last may stop short
         decoded = next_tokens(logits[:batch], self._sampling(slice(0, batch)))  # [batch]
         first = next_tokens(logits[batch : batch + done], self._sampling(slice(batch, batch + done)))
         read = torch.cat([decoded, first]).tolist()  # the step's one read of the device
-        self.rows.set_lens(batch, [item.stop for item in items])
-        self.rows.append(0, np.asarray(read[:batch], dtype=np.int64)[:, None], np.ones(batch, np.int64))
-        if done:
-            self.rows.append(
-                batch, np.asarray(read[batch:], dtype=np.int64)[:, None], np.ones(done, np.int64)
-            )
+        self._append_one(0, read[:batch])
+        first_tokens = self._close_rows(batch, items, read[batch:])
         self.clock.settle()
         seconds = time.perf_counter() - began
         step = DecodeOutput(
             [[t] for t in read[:batch]], [0] * batch, [0] * batch, 0, 0, 0.0, seconds, seconds
         )
-        return step, PrefillOutput([*read[batch:], *[None] * (len(items) - done)], seconds)
+        return step, PrefillOutput(first_tokens, seconds)
+
+    def _open_rows(self, row_start: int, items: list[PrefillItem]) -> int:
+        """Rows whose prompt completes now get its tokens and sampling; returns how many
+        (the first ones: only the last item may stop short)."""
+        done = 0
+        for r, item in enumerate(items):
+            if item.completes:
+                self.rows.write_prompt(row_start + r, item.prompt)
+                self._set_sampling(row_start + r, item)
+                done += 1
+        return done
+
+    def _close_rows(self, row_start: int, items: list[PrefillItem], first: list[int]) -> list[int | None]:
+        """After the chunks went in: what each row's cache holds, and the completed rows' first
+        tokens appended; returns each item's first token, None where its prompt goes on."""
+        self.rows.set_lens(row_start, [item.stop for item in items])
+        if first:
+            self._append_one(row_start, first)
+        return [*first, *[None] * (len(items) - len(first))]
+
+    def _append_one(self, row_start: int, tokens: list[int]) -> None:
+        n = len(tokens)
+        self.rows.append(row_start, np.asarray(tokens, dtype=np.int64)[:, None], np.ones(n, np.int64))
 
     @torch.inference_mode()
     def decode(self, batch: int, k: int) -> DecodeOutput:

@@ -65,10 +65,15 @@ class SegmentLayout:
 
     rows: torch.Tensor  # [1, T] cache row each token writes
     cols: torch.Tensor  # [1, T] cache column each token writes
-    positions: torch.Tensor  # [1, T] rotary position of each token
     keep: torch.Tensor  # [B + chunks] the tokens whose logits are needed: each row's last
     segments: Segments
     read_len: int
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """[1, T] rotary position of each token: its column (the slot cache writes a token at
+        the column equal to its position)."""
+        return self.cols
 
     @classmethod
     def build(
@@ -93,7 +98,6 @@ class SegmentLayout:
             (column[: s + c] <= upload(s + np.arange(c), device)[:, None]).view(1, 1, int(c), int(s + c))
             for s, c in zip(chunk_starts, chunk_counts, strict=True)
         )
-        cols_t = upload(cols, device).unsqueeze(0)  # a token's position is its column (kvcache.py)
         segments = Segments(b, decode_mask, tuple(int(o) for o in offsets), chunk_masks)
-        rows_t, keep_t = upload(rows, device).unsqueeze(0), upload(keep, device)
-        return cls(rows_t, cols_t, cols_t, keep_t, segments, read_len)
+        rows_t, cols_t = upload(rows, device).unsqueeze(0), upload(cols, device).unsqueeze(0)
+        return cls(rows_t, cols_t, upload(keep, device), segments, read_len)

@@ -95,13 +95,12 @@ class FleetSync:
 
     async def sync(self) -> None:
         """A flush, a refresh, both or neither: fast while a cell served lately is young."""
-        tally = self.controller.tally
-        stepped = tally.changed_cells() if tally is not None else set()
-        self.status.learning = self.cadence.learning(self.controller, stepped)
-        flush_every, refresh_every = self.cadence.intervals(self.status.learning)
-        if _due(self.status.last_flush_at, flush_every):
+        status = self.status
+        due = self.cadence.due(self.controller, time.time(), status.last_flush_at, status.last_refresh_at)
+        status.learning = due.learning
+        if due.flush:
             await self.flush()
-        if _due(self.status.last_refresh_at, refresh_every):
+        if due.refresh:
             await self.refresh()
 
     async def flush(self) -> None:
@@ -148,7 +147,3 @@ class FleetSync:
                 "fleet database unreachable (%s); serving on the last view, retrying with backoff",
                 self.status.error,
             )
-
-
-def _due(last: float | None, every: float) -> bool:
-    return last is None or time.time() - last >= every
