@@ -5,11 +5,18 @@ seed), a real tally, and real flushes and refreshes against the database, on its
 clock: the host whose clock is behind steps next, and it flushes and refreshes on its clock at
 the daemon's cadence (`SyncCadence`: every `--learning-sync-seconds` while a cell it steps has
 fewer than `--young-cell-steps` in the fleet, else every `--flush-seconds` and
-`--refresh-seconds`). Hosts run the schedule
-out of phase (host h starts 1/N of the way through it and wraps around), as hosts behind one
-load balancer sit at different load levels at any moment; `--stagger none` runs them in step,
-and `--stagger join` starts host h at h/N of a lone host's run, in the same order: a fleet that
-grows while it serves, where each new host finds what the earlier ones measured.
+`--refresh-seconds`). Every host says it is live before its first step, as a daemon's start
+does, so hosts that start together split the probes of new cells (`ProbeShare`).
+
+`--stagger` places the hosts on the schedule:
+- `rotate` (the default): out of phase, host h starts 1/N of the way through it and wraps
+  around, as hosts behind one load balancer sit at different load levels at any moment;
+- `none`: in step, each load level starting at the same virtual second on every host, as a
+  change of traffic reaches every host behind a balancer at once. A host that served the
+  level's steps sooner idles until the others have; otherwise hosts would drift apart by
+  hundreds of steps within a few levels, and only the first level would be met together;
+- `join`: host h starts at h/N of a lone host's run, in the same order: a fleet that grows
+  while it serves, where each new host finds what the earlier ones measured.
 
 The lone host is the same controller without the database, over the same schedule order.
 """
@@ -134,7 +141,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             repository = FleetRepository(store.engine)
             plan = list(zip(orders, starts, strict=True))
-            fleet, database, seconds = _fleet(loop, cadence, run_key, repository, bar, plan=plan)
+            together = args.stagger == "none"
+            fleet, database, seconds = _fleet(
+                loop, cadence, run_key, repository, bar, plan=plan, together=together
+            )
         finally:
             store.close()
     report = {
@@ -229,8 +239,10 @@ def _fleet(
     bar: tqdm[Any],
     *,
     plan: list[tuple[list[int], float]],
+    together: bool,
 ) -> tuple[list[_Host], _Database, float]:
-    """`plan`: each host's phase order and the virtual second it starts at."""
+    """`plan`: each host's phase order and the virtual second it starts at; `together`: every
+    phase starts on all hosts at once."""
     database = _Database()
     hosts = []
     for h, (order, start) in enumerate(plan):
@@ -239,21 +251,39 @@ def _fleet(
         host.clock = host.next_tick = start
         controller.tally = Tally(repository.own(host.key))
         hosts.append(host)
+    for host in hosts:  # each daemon says it is live before its first step (`FleetSync.start`)
+        _flush(host, repository, database)
+    for host in hosts:
+        _refresh(host, repository, database, cadence)
     steppers = {
         h.index: loop.stepping(h.controller.live, h.results, _clocked(h), None, h.order) for h in hosts
     }
     queue = [(h.clock, h.index) for h in hosts]
+    waiting: list[_Host] = []  # done with their phase, until every host is
     while queue:
         _, index = heapq.heappop(queue)
         host = hosts[index]
-        if next(steppers[index], StopIteration) is StopIteration:
-            continue
-        bar.update(1)
-        _sync(host, repository, database, cadence)
-        heapq.heappush(queue, (host.clock, index))
+        if next(steppers[index], StopIteration) is not StopIteration:
+            bar.update(1)
+            _sync(host, repository, database, cadence)
+            if together and _phase_done(host, loop):
+                waiting.append(host)
+            else:
+                heapq.heappush(queue, (host.clock, index))
+        if waiting and not queue:  # the next load level reaches every host at the same second
+            start = max(h.clock for h in waiting)
+            for waiter in waiting:
+                waiter.clock = start
+                heapq.heappush(queue, (start, waiter.index))
+            waiting = []
     for host in hosts:  # the last totals, as a daemon's shutdown flush writes them
         _flush(host, repository, database)
     return hosts, database, max(h.clock for h in hosts)
+
+
+def _phase_done(host: _Host, loop: SimLoop) -> bool:
+    current = len(host.results) - 1
+    return host.results[current].steps == loop.workload.load[host.order[current]].steps
 
 
 def _clocked(host: _Host) -> Callable[[StepTelemetry], None]:
@@ -274,10 +304,14 @@ def _sync(host: _Host, repository: FleetRepository, database: _Database, cadence
         _flush(host, repository, database)
         host.last_flush = host.clock
     if due.refresh:
-        began = time.perf_counter()
-        fold(host.controller, repository.pooled(host.key))
-        database.refresh_ms.append((time.perf_counter() - began) * 1000)
-        host.last_refresh = host.clock
+        _refresh(host, repository, database, cadence)
+
+
+def _refresh(host: _Host, repository: FleetRepository, database: _Database, cadence: SyncCadence) -> None:
+    began = time.perf_counter()
+    fold(host.controller, repository.pooled(host.key, cadence.live_seconds))
+    database.refresh_ms.append((time.perf_counter() - began) * 1000)
+    host.last_refresh = host.clock
 
 
 def _flush(host: _Host, repository: FleetRepository, database: _Database) -> None:

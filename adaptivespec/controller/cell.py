@@ -10,6 +10,8 @@ cheap and informative:
   unmeasured arm is priced with an optimistic step-cost bound: if even that is far below the
   best measured arm it is never tried (bounded exploration); otherwise the bandit tries it.
   Decisions are made among measured arms only, with hysteresis.
+- In a fleet, hosts that meet a new cell together split the probes of its unmeasured arms
+  (`probe_share`), instead of each paying them all.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from math import erf, inf, sqrt
 
 from adaptivespec.controller.bandit import ArmPolicy
+from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.stats import EWStat
 from adaptivespec.controller.step_costs import OptimisticCosts, measured_seconds
 
@@ -97,6 +100,7 @@ class Cell:
     _times: dict[int, EWStat] | None = None  # `seconds` and `fleet` merged, until either changes
     _fleet_changed: bool = False  # since the candidates were last pruned
     _seeded: frozenset[int] = frozenset()  # arms the bandit knows a measurement of
+    _share_done_at: int | None = None  # fleet refreshes read when this host's probe share was done
 
     @property
     def informed(self) -> bool:
@@ -193,11 +197,17 @@ class Cell:
                 priced[k] = acceptance(k) / seconds / self.scale * self.correction(k)
         return priced
 
-    def next_k(self, acceptance: Acceptance, around: Callable[[], Neighbourhood] | None = None) -> int:
+    def next_k(
+        self,
+        acceptance: Acceptance,
+        around: Callable[[], Neighbourhood] | None = None,
+        share: ProbeShare = ALONE,
+    ) -> int:
         """Chooses the K for this cell's next step, and updates the decision with hysteresis.
 
         `around` tells what smaller batch buckets imply; it is asked only when the candidates
-        are re-pruned, not on every step.
+        are re-pruned, not on every step. `share` splits the probes of unmeasured arms with
+        the fleet's other live hosts.
         """
         if not self.informed:
             return self.running
@@ -213,13 +223,31 @@ class Cell:
         if self._dwell_left > 0 and self.running in self.candidates:
             self._dwell_left -= 1
         else:
-            self.running = bandit.pull(self.candidates)
+            self.running = self._pull(bandit, predicted, share)
             # An unmeasured arm needs one step to price it (acceptance is pooled); a measured one is held.
             self._dwell_left = self.settings.dwell - 1 if self.running in predicted else 0
         self.pulls += 1
         if self.running != self.decided:
             self.dominated_pulls += self._upper.get(self.running, inf) < self.lower(self.decided, predicted)
         return self.running
+
+    def _pull(self, bandit: ArmPolicy, predicted: dict[int, float], share: ProbeShare) -> int:
+        """The bandit's choice; in a fleet, an unmeasured arm comes from this host's share
+        first. Once that is measured the host holds to measured arms until the fleet has had
+        time to measure the rest, then probes what is left: one refresh when it showed no
+        other host in this cell, two otherwise (one may have been read before they flushed)."""
+        unmeasured = [k for k in self.candidates if k not in predicted]
+        if not share.shared or not unmeasured:
+            return bandit.pull(self.candidates)
+        mine = share.probes(self.settings.arms, unmeasured, everyone=False)
+        if mine:
+            return mine[0]
+        if self._share_done_at is None:
+            self._share_done_at = share.refreshes
+        refreshed = share.refreshes - self._share_done_at
+        if refreshed >= 2 or (refreshed == 1 and not self.fleet_hosts):
+            return share.probes(self.settings.arms, unmeasured, everyone=True)[0]
+        return bandit.pull([k for k in self.candidates if k in predicted])
 
     def _refresh(
         self,

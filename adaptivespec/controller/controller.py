@@ -29,6 +29,7 @@ from adaptivespec.controller.cell import Cell, LearningSettings, initial_k
 from adaptivespec.controller.fleet import Tally
 from adaptivespec.controller.neighbours import CellKey, nearest_decision, neighbourhood
 from adaptivespec.controller.overrides import Override
+from adaptivespec.controller.probe_share import ALONE
 from adaptivespec.controller.publication import publish_after_change, publish_cell
 from adaptivespec.controller.snapshot import LivePolicy, PolicySnapshot
 from adaptivespec.engine.telemetry import StepTelemetry
@@ -80,6 +81,7 @@ class Controller:
         self.dirty: set[CellKey] = set()  # cells whose statistics changed since the last save
         self.cells: dict[CellKey, Cell] = {}
         self.tally: Tally | None = None  # this host's totals for the fleet, when it pools with one
+        self.share = ALONE  # this host's share of new cells' probes, as of the last fleet view
         self.acceptance = self._new_acceptance()
         self.start_k = initial_k(self.config.settings.arms, self.acceptance_of(0), INITIAL_SLOPE)
         self.live = LivePolicy(PolicySnapshot.uniform(self.start_k))
@@ -104,7 +106,7 @@ class Controller:
                 arm, rows = (key[0], key[1], record.k), record.batch_size
                 self.tally.record(arm, tokens_per_row, record.step_seconds, rows, record.kept_at_least)
         decided_before = cell.decided
-        cell.next_k(acceptance, lambda: neighbourhood(self.cells, key))
+        cell.next_k(acceptance, lambda: neighbourhood(self.cells, key), self.share.turned(sum(key)))
         if cell.decided != decided_before:
             self._record_change(key, decided_before, cell.decided)
             publish_after_change(self, key[0])  # unvisited cells may borrow the new decision

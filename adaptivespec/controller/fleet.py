@@ -13,9 +13,10 @@ counted twice, however often the view is refreshed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.publication import republish
 from adaptivespec.controller.stats import EWStat
 
@@ -109,6 +110,7 @@ class FleetView:
     totals: FleetTotals
     hosts: int  # other hosts with any evidence
     hosts_by_cell: Mapping[tuple[int, int], int]  # other hosts with evidence in each cell
+    share: ProbeShare = ALONE  # this host's share of the probes among the live hosts
 
 
 class Tally:
@@ -181,6 +183,7 @@ def fold(controller: Controller, view: FleetView) -> None:
     costs milliseconds on the event loop, so it happens only when a decision changed here.
     """
     published_before = _decisions(controller)
+    controller.share = replace(view.share, refreshes=controller.share.refreshes + 1)
     earlier_lives = controller.tally.baseline if controller.tally is not None else FleetTotals()
     evidence = view.totals.plus(earlier_lives)
     by_cell: dict[tuple[int, int], dict[int, ArmTotals]] = {}

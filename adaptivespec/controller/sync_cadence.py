@@ -51,6 +51,11 @@ class SyncCadence:
         """How often the host checks whether a flush or a refresh is due."""
         return min(self.young_seconds, self.flush_seconds)
 
+    @property
+    def live_seconds(self) -> float:
+        """A host that has not flushed for this long (three steady flushes) is not counted live."""
+        return 3 * self.flush_seconds
+
     def intervals(self, learning: bool) -> tuple[float, float]:
         """(seconds between flushes, seconds between refreshes)."""
         if learning:

@@ -32,6 +32,8 @@ class FleetStatus:
 
     state: DatabaseState = "ok"
     hosts: int = 0  # other hosts of this (model, hardware) with evidence
+    live_hosts: int = 1  # hosts that flushed lately, this one included: they split new cells' probes
+    probe_rank: int = 0  # this host's place among them
     pooled_steps: int = 0  # their steps, summed
     last_flush_at: float | None = None  # wall clock
     last_refresh_at: float | None = None
@@ -53,6 +55,8 @@ class FleetStatus:
             "state": self.state,
             "since_s": round(now - self.since, 1),
             "hosts": self.hosts,
+            "live_hosts": self.live_hosts,
+            "probe_rank": self.probe_rank,
             "pooled_steps": self.pooled_steps,
             "last_flush_age_s": age(self.last_flush_at),
             "last_refresh_age_s": age(self.last_refresh_at),
@@ -78,9 +82,11 @@ class FleetSync:
         self.started_at = datetime.now(timezone.utc)
 
     async def start(self) -> None:
-        """Reads what this host id flushed before, then folds in the fleet's view before the
-        first step, so a new host starts from what the others learned."""
+        """Reads what this host id flushed before, says it is live, then folds in the fleet's
+        view before the first step, so a new host starts from what the others learned, and
+        hosts that start together split the probes of the cells they meet together."""
         self.controller.tally = Tally(await asyncio.to_thread(self.repository.own, self.key))
+        await self.flush()
         await self.refresh()
 
     async def run(self) -> None:
@@ -120,11 +126,12 @@ class FleetSync:
 
     async def refresh(self) -> None:
         began = time.perf_counter()
-        view = await asyncio.to_thread(self.repository.pooled, self.key)
+        view = await asyncio.to_thread(self.repository.pooled, self.key, self.cadence.live_seconds)
         fold(self.controller, view)
         self.status.refresh_seconds = time.perf_counter() - began
         self.status.last_refresh_at = time.time()
         self.status.hosts = view.hosts
+        self.status.live_hosts, self.status.probe_rank = view.share.hosts, view.share.rank
         self.status.pooled_steps = view.totals.steps
 
     def _delay(self) -> float:

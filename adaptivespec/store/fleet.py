@@ -12,7 +12,7 @@ never summed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import Engine, func, select, tuple_
@@ -26,6 +26,7 @@ from adaptivespec.controller.fleet import (
     PositionKey,
     PositionTotals,
 )
+from adaptivespec.controller.probe_share import ProbeShare
 from adaptivespec.store.models import (
     FleetAcceptanceTotal,
     FleetArmTotal,
@@ -82,18 +83,23 @@ class FleetRepository:
         with Session(self.engine) as session:
             return _totals(session, key)
 
-    def pooled(self, key: FleetKey) -> FleetView:
+    def pooled(self, key: FleetKey, live_seconds: float = 6.0) -> FleetView:  # 3 steady flushes
         """Every other host's totals of the same (model, hardware): the pooled sums minus this
-        host's own rows (which only this host writes, so they cannot change in between)."""
+        host's own rows (which only this host writes, so they cannot change in between). Hosts
+        that flushed in the last `live_seconds` are live: the view says how many, and where this
+        host's id sorts among theirs."""
         a, p, h = FleetPooledArm, FleetPooledAcceptance, FleetHost
         arm_sums = _of(select(a.ctx_bucket, a.batch_bucket, a.k, a.hosts, *_arm_sums(a)), a, key)
         position_sums = _of(select(p.ctx_bucket, p.position, p.kept, p.at_risk), p, key)
-        counted = _of(select(func.count()).select_from(h), h, key).where(h.host_id != key.host_id)
+        others = _of(select(func.count()).select_from(h), h, key).where(h.host_id != key.host_id)
+        live = others.where(h.last_flush_at >= _now() - timedelta(seconds=live_seconds))
         with Session(self.engine) as session:
             mine = _totals(session, key)
             arm_rows = session.execute(arm_sums).all()
             position_rows = session.execute(position_sums).all()
-            hosts = session.scalar(counted)
+            hosts = session.scalar(others)
+            live_peers = session.scalar(live)
+            live_before = session.scalar(live.where(h.host_id < key.host_id))
         arms: dict[ArmKey, ArmTotals] = {}
         hosts_by_cell: dict[tuple[int, int], int] = {}
         for ctx, batch, k, with_rows, steps, *sums in arm_rows:
@@ -109,7 +115,8 @@ class FleetRepository:
             counts = PositionTotals(int(kept) - own_counts.kept, int(at_risk) - own_counts.at_risk)
             if counts.at_risk > 0:
                 acceptance[(ctx, j)] = counts
-        return FleetView(FleetTotals(arms, acceptance), int(hosts or 0), hosts_by_cell)
+        share = ProbeShare(rank=int(live_before or 0), hosts=int(live_peers or 0) + 1)
+        return FleetView(FleetTotals(arms, acceptance), int(hosts or 0), hosts_by_cell, share)
 
     def hosts(self) -> list[HostRow]:
         with Session(self.engine) as session:

@@ -161,13 +161,37 @@ async def test_a_daemon_shares_a_young_cell_at_once_and_a_learned_one_at_the_ste
     )
     fleet, controller = steady.app[SERVICES].fleet, steady.app[SERVICES].controller
     assert fleet is not None
-    await _wait_until(lambda: fleet.status.flushes == 1)  # the first tick flushes what there is
+    assert fleet.status.flushes == 1  # the start says the host is live
     await _serve_load(steady)
     await asyncio.sleep(1.0)
     assert fleet.status.flushes == 1  # the next one is 30 s away
     assert _pooled_steps(postgres_url, controller.model_key, controller.hardware_key) == 0
     assert (await (await steady.get("/health")).json())["fleet"]["sync"] == "steady"
     await steady.close()
+
+
+async def test_daemons_serving_together_take_different_shares_of_new_cells_probes(
+    aiohttp_client: Any, tmp_path: Path, postgres_url: str
+) -> None:
+    clients = [
+        await aiohttp_client(create_app(_fleet_config(tmp_path, postgres_url, host)))
+        for host in ("gpu-b", "gpu-a")
+    ]
+
+    async def shares(serving: list[TestClient[Any, Any]]) -> list[tuple[int, int]]:
+        fleets = [(await (await c.get("/health")).json())["fleet"] for c in serving]
+        return [(f["probe_rank"], f["live_hosts"]) for f in fleets]
+
+    async def until(serving: list[TestClient[Any, Any]], expected: list[tuple[int, int]]) -> None:
+        deadline = asyncio.get_running_loop().time() + 20.0
+        while await shares(serving) != expected:
+            assert asyncio.get_running_loop().time() < deadline, await shares(serving)
+            await asyncio.sleep(0.05)
+
+    await until(clients, [(1, 2), (0, 2)])  # each sorts the same two ids
+    await clients[0].close()  # gpu-b stops flushing: gpu-a soon counts itself alone
+    await until(clients[1:], [(0, 1)])
+    await clients[1].close()
 
 
 async def test_the_dashboard_queries_only_metrics_the_daemon_exports(

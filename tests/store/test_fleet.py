@@ -17,8 +17,9 @@ from adaptivespec.cli import main
 from adaptivespec.controller import operator, persistence
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.fleet import Tally, fold
+from adaptivespec.controller.fleet import FleetTotals, Tally, fold
 from adaptivespec.controller.overrides import Override
+from adaptivespec.controller.probe_share import ProbeShare
 from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
 from adaptivespec.sim.loop import SimLoop
@@ -223,6 +224,24 @@ def test_a_new_host_starts_from_what_the_fleet_learned_and_other_hardware_does_n
     _, other_key = _host(repository, "l4-host", hardware="sim:l4")
     other_view = repository.pooled(other_key)
     assert other_view.hosts == 0 and other_view.totals.steps == 0
+
+
+def test_the_view_ranks_each_host_among_the_hosts_that_flushed_lately(repository: FleetRepository) -> None:
+    keys = {h: FleetKey(h, MODEL, HARDWARE) for h in ("gpu-b", "gpu-a", "gpu-c")}
+    for key in keys.values():
+        repository.flush(key, FleetTotals(), 0, datetime.now(timezone.utc))
+    repository.flush(FleetKey("l4-host", MODEL, "sim:l4"), FleetTotals(), 0, datetime.now(timezone.utc))
+    shares = {h: repository.pooled(key).share for h, key in keys.items()}
+    assert shares == {
+        "gpu-a": ProbeShare(0, 3),
+        "gpu-b": ProbeShare(1, 3),
+        "gpu-c": ProbeShare(2, 3),
+    }  # the same order on every host, and other hardware is not counted
+    time.sleep(0.5)
+    for host in ("gpu-a", "gpu-c"):  # gpu-b went quiet
+        repository.flush(keys[host], FleetTotals(), 0, datetime.now(timezone.utc))
+    assert repository.pooled(keys["gpu-a"], live_seconds=0.4).share == ProbeShare(0, 2)
+    assert repository.pooled(keys["gpu-c"], live_seconds=0.4).share == ProbeShare(1, 2)
 
 
 def test_refreshing_twice_does_not_double_the_evidence(repository: FleetRepository) -> None:
