@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -88,8 +89,10 @@ def _flush(controller: Controller, key: FleetKey, repository: FleetRepository) -
 
 
 @pytest.fixture
-def repository(tmp_path: Path) -> FleetRepository:
-    return FleetRepository(Store(f"sqlite:///{tmp_path / 'fleet.db'}").engine)
+def repository(tmp_path: Path) -> Iterator[FleetRepository]:
+    store = Store(f"sqlite:///{tmp_path / 'fleet.db'}")
+    yield FleetRepository(store.engine)
+    store.close()
 
 
 def test_hosts_meeting_a_new_cell_together_probe_different_arms(repository: FleetRepository) -> None:
@@ -142,9 +145,7 @@ def _first_probe_outside_its_share(peers_in_cell: int) -> tuple[int, set[int]]:
     return first, set(controller.cells[key].times()) - mine
 
 
-def test_a_host_alone_in_a_cell_probes_the_rest_after_one_refresh_and_waits_for_peers_that_are_there() -> (
-    None
-):
+def test_a_host_alone_in_a_cell_waits_one_refresh_for_the_rest_and_a_host_with_peers_two() -> None:
     alone, measured_alone = _first_probe_outside_its_share(peers_in_cell=0)
     crowded, measured_crowded = _first_probe_outside_its_share(peers_in_cell=3)
     assert 3 <= alone < crowded, (alone, crowded)  # it held what it measured through the refreshes

@@ -237,11 +237,11 @@ def test_the_view_ranks_each_host_among_the_hosts_that_flushed_lately(repository
         "gpu-b": ProbeShare(1, 3),
         "gpu-c": ProbeShare(2, 3),
     }  # the same order on every host, and other hardware is not counted
-    time.sleep(0.5)
+    time.sleep(1.5)
     for host in ("gpu-a", "gpu-c"):  # gpu-b went quiet
         repository.flush(keys[host], FleetTotals(), 0, datetime.now(timezone.utc))
-    assert repository.pooled(keys["gpu-a"], live_seconds=0.4).share == ProbeShare(0, 2)
-    assert repository.pooled(keys["gpu-c"], live_seconds=0.4).share == ProbeShare(1, 2)
+    assert repository.pooled(keys["gpu-a"], live_seconds=1.0).share == ProbeShare(0, 2)
+    assert repository.pooled(keys["gpu-c"], live_seconds=1.0).share == ProbeShare(1, 2)
 
 
 def test_refreshing_twice_does_not_double_the_evidence(repository: FleetRepository) -> None:
