@@ -87,7 +87,13 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=steady.young_steps,
         help="fleet steps under which a cell is young (0: never sync fast)",
     )
-    fleet.add_argument("--stagger", choices=("rotate", "none", "join"), default="rotate")
+    fleet.add_argument(
+        "--stagger",
+        choices=("rotate", "none", "join"),
+        default="rotate",
+        help="rotate: hosts at different load levels; none: each level reaches every host at once; "
+        "join: hosts start one after another",
+    )
     fleet.add_argument(
         "--window", type=int, default=WINDOW, help=f"steps of rolling goodput (default {WINDOW})"
     )
