@@ -17,6 +17,7 @@ from typing import Literal
 
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.fleet import Tally, fold
+from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.store.fleet import FleetKey, FleetRepository
 
@@ -32,8 +33,7 @@ class FleetStatus:
 
     state: DatabaseState = "ok"
     hosts: int = 0  # other hosts of this (model, hardware) with evidence
-    live_hosts: int = 1  # hosts that flushed lately, this one included: they split new cells' probes
-    probe_rank: int = 0  # this host's place among them
+    share: ProbeShare = ALONE  # the live hosts, and this host's rank among them: they split new cells' probes
     pooled_steps: int = 0  # their steps, summed
     last_flush_at: float | None = None  # wall clock
     last_refresh_at: float | None = None
@@ -55,8 +55,8 @@ class FleetStatus:
             "state": self.state,
             "since_s": round(now - self.since, 1),
             "hosts": self.hosts,
-            "live_hosts": self.live_hosts,
-            "probe_rank": self.probe_rank,
+            "live_hosts": self.share.hosts,
+            "probe_rank": self.share.rank,
             "pooled_steps": self.pooled_steps,
             "last_flush_age_s": age(self.last_flush_at),
             "last_refresh_age_s": age(self.last_refresh_at),
@@ -131,7 +131,7 @@ class FleetSync:
         self.status.refresh_seconds = time.perf_counter() - began
         self.status.last_refresh_at = time.time()
         self.status.hosts = view.hosts
-        self.status.live_hosts, self.status.probe_rank = view.share.hosts, view.share.rank
+        self.status.share = view.share
         self.status.pooled_steps = view.totals.steps
 
     def _delay(self) -> float:

@@ -91,15 +91,18 @@ class FleetRepository:
         a, p, h = FleetPooledArm, FleetPooledAcceptance, FleetHost
         arm_sums = _of(select(a.ctx_bucket, a.batch_bucket, a.k, a.hosts, *_arm_sums(a)), a, key)
         position_sums = _of(select(p.ctx_bucket, p.position, p.kept, p.at_risk), p, key)
-        others = _of(select(func.count()).select_from(h), h, key).where(h.host_id != key.host_id)
-        live = others.where(h.last_flush_at >= _now() - timedelta(seconds=live_seconds))
+        live = h.last_flush_at >= _now() - timedelta(seconds=live_seconds)
+        host_counts = (  # other hosts; those of them live; those live whose ids sort before this one
+            func.count(),
+            func.count().filter(live),
+            func.count().filter(live, h.host_id < key.host_id),
+        )
+        others = _of(select(*host_counts).select_from(h), h, key).where(h.host_id != key.host_id)
         with Session(self.engine) as session:
             mine = _totals(session, key)
             arm_rows = session.execute(arm_sums).all()
             position_rows = session.execute(position_sums).all()
-            hosts = session.scalar(others)
-            live_peers = session.scalar(live)
-            live_before = session.scalar(live.where(h.host_id < key.host_id))
+            hosts, live_peers, live_before = session.execute(others).one()
         arms: dict[ArmKey, ArmTotals] = {}
         hosts_by_cell: dict[tuple[int, int], int] = {}
         for ctx, batch, k, with_rows, steps, *sums in arm_rows:
@@ -115,8 +118,8 @@ class FleetRepository:
             counts = PositionTotals(int(kept) - own_counts.kept, int(at_risk) - own_counts.at_risk)
             if counts.at_risk > 0:
                 acceptance[(ctx, j)] = counts
-        share = ProbeShare(rank=int(live_before or 0), hosts=int(live_peers or 0) + 1)
-        return FleetView(FleetTotals(arms, acceptance), int(hosts or 0), hosts_by_cell, share)
+        share = ProbeShare(rank=int(live_before), hosts=int(live_peers) + 1)
+        return FleetView(FleetTotals(arms, acceptance), int(hosts), hosts_by_cell, share)
 
     def hosts(self) -> list[HostRow]:
         with Session(self.engine) as session:
