@@ -36,6 +36,7 @@ from adaptivespec.server.state import (
     Services,
 )
 from adaptivespec.server.systemd import Notifier
+from adaptivespec.server.thread_work import run_to_the_end
 from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
 from adaptivespec.sim.runner import SimRunner
@@ -117,7 +118,7 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
             unsaved = persistence.take_unsaved(controller)
             state = unsaved.state if fleet is None else persistence.decisions_only(unsaved.state)
             try:
-                await asyncio.to_thread(store.save, state, unsaved.history)
+                await run_to_the_end(store.save, state, unsaved.history)
             except Exception:
                 persistence.give_back(controller, unsaved)
                 raise

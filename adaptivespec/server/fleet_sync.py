@@ -19,6 +19,7 @@ from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.fleet import Tally, fold
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.sync_cadence import SyncCadence
+from adaptivespec.server.thread_work import run_to_the_end
 from adaptivespec.store.fleet import FleetKey, FleetRepository
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class FleetSync:
         changes = tally.take_changes()
         try:
             flush = self.repository.flush
-            rows = await asyncio.to_thread(flush, self.key, changes, tally.all_steps, self.started_at)
+            rows = await run_to_the_end(flush, self.key, changes, tally.all_steps, self.started_at)
         except BaseException:
             tally.give_back(changes)
             raise
