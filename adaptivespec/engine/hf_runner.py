@@ -22,7 +22,7 @@ from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import BatchSampling, SamplingParams, next_tokens
 from adaptivespec.engine.segments import SegmentLayout
-from adaptivespec.engine.verification import Verdict, verify
+from adaptivespec.engine.verification import greedy_prefix, verify
 
 WARM_UP = SamplingParams(max_tokens=4, temperature=0.0)
 
@@ -192,15 +192,11 @@ class HFRunner:
         proposal = self._propose(batch, k, sampling)
         drafted_mark = self.clock.mark()
         if proposal is None:
-            verdict = self._plain_step(batch, sampling)
+            host_tokens, accepted = self._plain_step(batch, sampling)
         else:
-            verdict = self._verify(batch, proposal, sampling)
-        # The step's one read of the device: every row's tokens, and how many of them it keeps.
-        read = torch.cat([verdict.tokens, verdict.accepted.unsqueeze(1)], dim=1).tolist()
-        host = np.asarray(read, dtype=np.int64)  # [B, W + 1]
-        host_tokens, accepted = host[:, :-1], host[:, -1]
+            host_tokens, accepted = self._verify(batch, proposal, sampling)
         kept = accepted.tolist()
-        emitted = [row[: a + 1] for row, a in zip(read, kept, strict=True)]
+        emitted = [row[: a + 1] for row, a in zip(host_tokens.tolist(), kept, strict=True)]
         self.rows.append(0, host_tokens, accepted + 1)
         if proposal is not None and self.proposer is not None:
             self.proposer.commit(batch, old_lens, accepted)
@@ -246,20 +242,31 @@ class HFRunner:
             proposal = Proposal(proposal.drafts[:, :width], proposal.n_drafts, probs, proposal.host_n_drafts)
         return proposal
 
-    def _plain_step(self, batch: int, sampling: BatchSampling) -> Verdict:
+    # Each of the two steps below reads the device once: every row's tokens, and how many of
+    # them it keeps, come back as host arrays ([B, W] and [B] int64).
+    def _plain_step(self, batch: int, sampling: BatchSampling) -> tuple[np.ndarray, np.ndarray]:
         lens = self.rows.host_lens[:batch]
         layout = RaggedLayout.build(lens - 1, np.ones(batch, dtype=np.int64), self.cache_len, self.device)
         logits = self.target.forward(0, self.rows.last_tokens(batch), layout, last_only=True, step=True)
-        token = next_tokens(logits[:, -1], sampling)
-        return Verdict(torch.zeros_like(token), token.unsqueeze(1))
+        token = next_tokens(logits[:, -1], sampling).cpu().numpy()  # [B]
+        return token[:, None], np.zeros(batch, dtype=np.int64)
 
-    def _verify(self, batch: int, proposal: Proposal, sampling: BatchSampling) -> Verdict:
+    def _verify(
+        self, batch: int, proposal: Proposal, sampling: BatchSampling
+    ) -> tuple[np.ndarray, np.ndarray]:
         lens = self.rows.host_lens[:batch]
         ids = torch.cat([self.rows.last_tokens(batch), proposal.drafts], dim=1)  # [B, K+1]
-        width = np.full(batch, ids.shape[1], dtype=np.int64)
-        layout = RaggedLayout.build(lens - 1, width, self.cache_len, self.device)
+        width = ids.shape[1]
+        counts = np.full(batch, width, dtype=np.int64)
+        layout = RaggedLayout.build(lens - 1, counts, self.cache_len, self.device)
         logits = self.target.forward(0, ids, layout, last_only=False, step=True)
-        return verify(logits, proposal.probs, proposal.drafts, proposal.n_drafts, sampling)
+        if sampling.all_greedy:  # the argmax prefix, matched on the host: a few numpy operations
+            read = torch.cat([logits.argmax(dim=-1), proposal.drafts], dim=1).cpu().numpy()
+            argmax, drafts = read[:, :width], read[:, width:]
+            return argmax, greedy_prefix(argmax, drafts, proposal.host_n_drafts)
+        verdict = verify(logits, proposal.probs, proposal.drafts, proposal.n_drafts, sampling)
+        read = torch.cat([verdict.tokens, verdict.accepted.unsqueeze(1)], dim=1).cpu().numpy()
+        return read[:, :-1], read[:, -1]
 
     def _set_sampling(self, row: int, item: PrefillItem) -> None:
         params = item.params

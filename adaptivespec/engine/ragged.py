@@ -35,12 +35,16 @@ class RaggedLayout:
         with the context, is built on the device.
         """
         width, read_len = int(count.max()), int((start + count).max())
-        real_index = np.arange(width) - (width - count)[:, None]  # [n, T], negative for pads
-        is_real = real_index >= 0
-        real_cols = start[:, None] + np.maximum(real_index, 0)
-        cols = np.where(is_real, real_cols, cache_len - 1)
-        # A pad sits at position 0 and so sees column 0 alone; a real token sees up to itself.
-        positions = np.where(is_real, real_cols, 0)
+        if (count == width).all():  # a decode step: no pads, and no per-token choices to make
+            real_cols = start[:, None] + np.arange(width)
+            cols, positions = real_cols.copy(), real_cols.copy()
+        else:
+            real_index = np.arange(width) - (width - count)[:, None]  # [n, T], negative for pads
+            is_real = real_index >= 0
+            real_cols = start[:, None] + np.maximum(real_index, 0)
+            cols = np.where(is_real, real_cols, cache_len - 1)
+            # A pad sits at position 0 and so sees column 0 alone; a real token sees up to itself.
+            positions = np.where(is_real, real_cols, 0)
         # Separate tensors, not views of one: a compiled step guards on each input's storage offset.
         cols_t, positions_t, gather_t = (upload(a, device) for a in (cols, positions, real_cols))
         c = torch.arange(read_len, device=device).view(1, 1, read_len)

@@ -70,7 +70,7 @@ class RowState:
         """
         rows = slice(row_start, row_start + new_tokens.shape[0])
         cols = np.minimum(self.host_lens[rows, None] + np.arange(new_tokens.shape[1]), self.cache_len - 1)
-        np.put_along_axis(self.host_tokens[rows], cols, new_tokens, axis=1)
+        self.host_tokens[rows][np.arange(new_tokens.shape[0])[:, None], cols] = new_tokens
         self.host_lens[rows] += counts
         if not self.shares_memory:
             device = self.tokens.device

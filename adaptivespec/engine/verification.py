@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from adaptivespec.engine.sampling import BatchSampling, probabilities, sample_from
@@ -35,6 +36,14 @@ def accept_greedy(target_logits: torch.Tensor, drafts: torch.Tensor, n_drafts: t
     bonus = argmax.gather(1, accepted.unsqueeze(1))
     tokens = tokens.scatter(1, accepted.unsqueeze(1), bonus)
     return Verdict(accepted, tokens)
+
+
+def greedy_prefix(argmax: np.ndarray, drafts: np.ndarray, n_drafts: np.ndarray) -> np.ndarray:
+    """`accept_greedy`'s count on host arrays (argmax [B, K+1], drafts [B, K], n_drafts [B]),
+    for a step that has read them back anyway: the kept tokens are argmax[r, : count + 1]."""
+    k = drafts.shape[1]
+    ok = (argmax[:, :k] == drafts) & (np.arange(k) < n_drafts[:, None])
+    return np.cumprod(ok, axis=1).sum(axis=1)
 
 
 def accept_rejection(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from adaptivespec.engine.verification import accept_greedy, accept_rejection
+from adaptivespec.engine.verification import accept_greedy, accept_rejection, greedy_prefix
 
 # Chi-square critical value for 4 degrees of freedom at significance 1e-6: a correct sampler
 # fails this bound about once in a million seeds; a biased one (off by 0.01) fails it always.
@@ -69,3 +69,22 @@ def test_greedy_accepts_the_matching_prefix_plus_one_bonus() -> None:
     assert verdict.accepted.tolist() == [2, 2]
     assert verdict.tokens[0, :3].tolist() == [3, 1, 4]  # 2 accepted, then the target's correction
     assert verdict.tokens[1, :3].tolist() == [3, 1, 4]  # capped at n_drafts=2, then the bonus token
+
+
+def test_the_host_prefix_count_is_the_device_one() -> None:
+    """Greedy steps count the kept drafts on the host (`greedy_prefix`); every row of a random
+    batch, with drafts that match for a while and counts below K, must agree with the device."""
+    generator = torch.Generator().manual_seed(7)
+    logits = torch.randn(64, 5, 6, generator=generator)  # [B, K+1, V]
+    argmax = logits.argmax(dim=-1)
+    drafts = argmax[:, :4].clone()
+    wrong_from = torch.randint(0, 5, (64,), generator=generator)  # 4: every draft matches
+    for row, column in enumerate(wrong_from.tolist()):
+        drafts[row, column:] = (drafts[row, column:] + 1) % 6
+    n_drafts = torch.randint(0, 5, (64,), generator=generator)
+    device = accept_greedy(logits, drafts, n_drafts)
+    host = greedy_prefix(argmax.numpy(), drafts.numpy(), n_drafts.numpy())
+    assert host.tolist() == device.accepted.tolist()
+    assert len(set(host.tolist())) == 5  # every count from 0 to 4 occurs
+    for row, kept in enumerate(host.tolist()):  # what the step emits: the argmax prefix
+        assert argmax[row, : kept + 1].tolist() == device.tokens[row, : kept + 1].tolist()
