@@ -26,6 +26,7 @@ async def run_to_the_end(work: Callable[P, T], *args: P.args, **kwargs: P.kwargs
         await asyncio.wait([running])  # a second cancellation stops this wait
         task = asyncio.current_task()
         if task is not None:
-            task.uncancel()  # the request counted once, as the caller's canceller expects
+            if hasattr(task, "uncancel"):  # 3.11+: the request counts once, as its sender expects
+                task.uncancel()
             task.cancel()
         return running.result()
