@@ -163,6 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "learning_sync_seconds": args.learning_sync_seconds,
         "young_cell_steps": args.young_cell_steps,
         "window": args.window,
+        "levels": [phase.concurrency for phase in workload.load],  # the load levels, in order
         **_learning(lone, fleet, targets, oracle, args.window),
         **_database_costs(database, seconds),
     }
@@ -175,17 +176,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _learning(
     lone: list[_Host], fleet: list[_Host], targets: list[np.ndarray], oracle: Oracle, window: int
 ) -> dict[str, Any]:
-    lone_steps = [_steps_to_95(h.results, h.order, targets, window) for h in lone]
-    fleet_steps = [_steps_to_95(h.results, h.order, targets, window) for h in fleet]
+    lone_levels = [_steps_by_level(h.results, h.order, targets, window) for h in lone]
+    fleet_levels = [_steps_by_level(h.results, h.order, targets, window) for h in fleet]
+    lone_steps = [float(sum(levels)) for levels in lone_levels]
+    fleet_steps = [float(sum(levels)) for levels in fleet_levels]
     fleet_ratios = [ratio_to_oracle(summarise(h.results), oracle) for h in fleet]
     return {
         "lone": {
             "steps_to_095": lone_steps[0],
             "ratio_to_oracle": ratio_to_oracle(summarise(lone[0].results), oracle),
         },
-        "lone_per_host": {"steps_to_095": lone_steps},
+        "lone_per_host": {"steps_to_095": lone_steps, "steps_to_095_by_level": lone_levels},
         "fleet": {
             "steps_to_095_per_host": fleet_steps,
+            "steps_to_095_by_level": fleet_levels,
             "ratio_to_oracle": float(np.mean(fleet_ratios)),
             "ratio_per_host": fleet_ratios,
         },
@@ -218,16 +222,15 @@ def _targets(sweep: dict[int, list[PhaseResult]], oracle: Oracle, loop: SimLoop)
     return targets
 
 
-def _steps_to_95(
+def _steps_by_level(
     results: list[PhaseResult], order: list[int], targets: list[np.ndarray], window: int
-) -> float:
-    """Summed over phases: steps until the rolling goodput first reaches its target."""
-    return float(
-        sum(
-            steps_to_match(np.asarray(r.goodput_trace), targets[index], window=window)
-            for r, index in zip(results, order, strict=True)
-        )
-    )
+) -> list[int]:
+    """Steps until the rolling goodput first reaches its target, per load level in the
+    workload's order, whatever order the host met them in: where a host's steps went."""
+    steps = [0] * len(targets)
+    for result, index in zip(results, order, strict=True):
+        steps[index] = steps_to_match(np.asarray(result.goodput_trace), targets[index], window=window)
+    return steps
 
 
 def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> _Host:

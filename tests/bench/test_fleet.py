@@ -25,6 +25,13 @@ def test_bench_fleet_report_shape(
     fleet = report["fleet"]
     assert len(fleet["steps_to_095_per_host"]) == 3 == len(report["lone_per_host"]["steps_to_095"])
     assert all(0 <= steps <= 14 * 40 for steps in fleet["steps_to_095_per_host"])
+    levels = len(report["levels"])
+    assert levels == 14 and report["levels"][0] == 1
+    for per_host in (fleet, report["lone_per_host"]):  # each host's sum, split by load level
+        by_level = per_host["steps_to_095_by_level"]
+        assert [len(steps) for steps in by_level] == [levels] * 3
+        summed = per_host.get("steps_to_095_per_host", per_host.get("steps_to_095"))
+        assert [sum(steps) for steps in by_level] == summed
     assert 0.5 < fleet["ratio_to_oracle"] <= 1.05 and 0.5 < report["lone"]["ratio_to_oracle"] <= 1.05
     assert report["db_writes_per_s"] > 0 and report["db_rows_per_s"] >= report["db_writes_per_s"]
     assert report["refresh_latency_ms"] > 0 and report["flush_latency_ms"]["p99"] > 0
