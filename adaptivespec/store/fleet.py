@@ -27,6 +27,7 @@ from adaptivespec.controller.fleet import (
     PositionTotals,
 )
 from adaptivespec.controller.probe_share import ProbeShare
+from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.store.models import (
     FleetAcceptanceTotal,
     FleetArmTotal,
@@ -83,7 +84,7 @@ class FleetRepository:
         with Session(self.engine) as session:
             return _totals(session, key)
 
-    def pooled(self, key: FleetKey, live_seconds: float = 6.0) -> FleetView:  # 3 steady flushes
+    def pooled(self, key: FleetKey, live_seconds: float = SyncCadence().live_seconds) -> FleetView:
         """Every other host's totals of the same (model, hardware): the pooled sums minus this
         host's own rows (which only this host writes, so they cannot change in between). Hosts
         that flushed in the last `live_seconds` are live: the view says how many, and where this
