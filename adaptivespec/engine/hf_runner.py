@@ -100,7 +100,7 @@ class HFRunner:
         drafts = self.rows.last_tokens(batch).expand(batch, 2)
         n_drafts = np.full(batch, 2, dtype=np.int64)
         proposal = Proposal(drafts, upload(n_drafts, self.device), None, n_drafts)
-        self._verify(batch, proposal, self._sampling(slice(0, batch)))
+        self._verify(batch, proposal, self._sampling(slice(0, batch)), None)
 
     @property
     def kv_bytes(self) -> int:
@@ -189,12 +189,14 @@ class HFRunner:
         sampling = self._sampling(slice(0, batch))
         old_lens = self.rows.host_lens[:batch].copy()
         k = min(k, self.max_spec_tokens)
+        # Built before the drafter's forwards, with its layouts (see DraftModelProposer.propose).
+        full_width = self._verify_layout(batch, k + 1) if k > 0 and self.proposer is not None else None
         proposal = self._propose(batch, k, sampling)
         drafted_mark = self.clock.mark()
         if proposal is None:
             host_tokens, accepted = self._plain_step(batch, sampling)
         else:
-            host_tokens, accepted = self._verify(batch, proposal, sampling)
+            host_tokens, accepted = self._verify(batch, proposal, sampling, full_width)
         kept = accepted.tolist()
         emitted = [row[: a + 1] for row, a in zip(host_tokens.tolist(), kept, strict=True)]
         self.rows.append(0, host_tokens, accepted + 1)
@@ -252,13 +254,12 @@ class HFRunner:
         return token[:, None], np.zeros(batch, dtype=np.int64)
 
     def _verify(
-        self, batch: int, proposal: Proposal, sampling: BatchSampling
+        self, batch: int, proposal: Proposal, sampling: BatchSampling, full_width: RaggedLayout | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        lens = self.rows.host_lens[:batch]
         ids = torch.cat([self.rows.last_tokens(batch), proposal.drafts], dim=1)  # [B, K+1]
         width = ids.shape[1]
-        counts = np.full(batch, width, dtype=np.int64)
-        layout = RaggedLayout.build(lens - 1, counts, self.cache_len, self.device)
+        fits = full_width is not None and full_width.cols.shape[1] == width
+        layout = full_width if fits and full_width is not None else self._verify_layout(batch, width)
         logits = self.target.forward(0, ids, layout, last_only=False, step=True)
         if sampling.all_greedy:  # the argmax prefix, matched on the host: a few numpy operations
             read = torch.cat([logits.argmax(dim=-1), proposal.drafts], dim=1).cpu().numpy()
@@ -267,6 +268,11 @@ class HFRunner:
         verdict = verify(logits, proposal.probs, proposal.drafts, proposal.n_drafts, sampling)
         read = torch.cat([verdict.tokens, verdict.accepted.unsqueeze(1)], dim=1).cpu().numpy()
         return read[:, :-1], read[:, -1]
+
+    def _verify_layout(self, batch: int, width: int) -> RaggedLayout:
+        """Each row's last token and its drafts, `width` in all, from the row's last column."""
+        counts = np.full(batch, width, dtype=np.int64)
+        return RaggedLayout.build(self.rows.host_lens[:batch] - 1, counts, self.cache_len, self.device)
 
     def _set_sampling(self, row: int, item: PrefillItem) -> None:
         params = item.params

@@ -80,20 +80,22 @@ class DraftModelProposer:
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
         lens, cached, device = rows.host_lens[:batch], self.cached[:batch], self.draft.device
+        # Every layout up front, in one run: each build right after a forward would run on
+        # caches the forward's weights had evicted.
         catch_up = RaggedLayout.build(cached, lens - cached, self.draft.cache_len, device)
+        one = np.ones(batch, dtype=np.int64)
+        steps = [RaggedLayout.build(lens + j, one, self.draft.cache_len, device) for j in range(k - 1)]
         ids = rows.tokens[:batch].gather(1, catch_up.gather_index)
         logits = self._forward(ids, catch_up)
         drafts: list[torch.Tensor] = []
         probs: list[torch.Tensor] = []
-        one = np.ones(batch, dtype=np.int64)
         for j in range(k):
             token, q = self._pick(logits, sampling)
             drafts.append(token)
             if q is not None:
                 probs.append(q)
             if j + 1 < k:
-                next_layout = RaggedLayout.build(lens + j, one, self.draft.cache_len, device)
-                logits = self._forward(token.unsqueeze(1), next_layout)
+                logits = self._forward(token.unsqueeze(1), steps[j])
         self.cached[:batch] = lens + (k - 1)
         stacked = torch.stack(probs, dim=1) if probs else None
         n_drafts = torch.full((batch,), k, dtype=torch.long, device=device)

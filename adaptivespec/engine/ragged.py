@@ -31,8 +31,10 @@ class RaggedLayout:
         """start, count: [n] host integers; every count must be >= 1.
 
         The per-token indices are worked out on the host, from values it already holds, and
-        copied to the device (on cpu the tensors wrap the arrays); only the mask, which grows
-        with the context, is built on the device.
+        copied to the device (on cpu the tensors wrap the arrays). The mask, which grows with
+        the context, is built on the device, or on cpu by numpy, whose few operations cost
+        half what torch's dispatch does right after a forward (docs/benchmarks.md,
+        "Batch-1 framework overhead").
         """
         width, read_len = int(count.max()), int((start + count).max())
         if (count == width).all():  # a decode step: no pads, and no per-token choices to make
@@ -47,6 +49,8 @@ class RaggedLayout:
             positions = np.where(is_real, real_cols, 0)
         # Separate tensors, not views of one: a compiled step guards on each input's storage offset.
         cols_t, positions_t, gather_t = (upload(a, device) for a in (cols, positions, real_cols))
-        c = torch.arange(read_len, device=device).view(1, 1, read_len)
-        sees = c <= positions_t.unsqueeze(2)  # [n, T, read_len]
+        if device.type == "cpu":
+            sees = torch.from_numpy(np.arange(read_len) <= positions[:, :, None])  # [n, T, read_len]
+        else:
+            sees = torch.arange(read_len, device=device).view(1, 1, read_len) <= positions_t.unsqueeze(2)
         return cls(cols_t, positions_t, sees.unsqueeze(1), gather_t, read_len)
