@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -26,7 +26,6 @@ from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput,
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import PromptChunk, RowMoves, Scheduler
 from adaptivespec.engine.sequence import Sequence, SequenceStats, TokenEvent
-from adaptivespec.engine.step_chain import ChainLink, StepChain
 from adaptivespec.engine.telemetry import TelemetryBus, decode_record
 from adaptivespec.engine.tokenizer import Tokenizer
 from adaptivespec.errors import EngineStoppedError
@@ -50,7 +49,7 @@ class DecodeInFlight:
 
     batch: list[Sequence]
     context: float  # mean tokens per row before the step
-    result: asyncio.Future[ChainLink]
+    result: asyncio.Future[DecodeOutput]
 
 
 @dataclass(slots=True)
@@ -59,7 +58,7 @@ class EngineTotals:
 
     prompt_tokens: int = 0  # of admitted requests, when they are admitted
     generation_tokens: int = 0  # tokens requests kept: none past a stop condition
-    overlapped_steps: int = 0  # decode steps started while the previous one's tokens streamed
+    overlapped_steps: int = 0  # decode steps submitted while the previous one's tokens streamed
     steps_with_prompts: int = 0  # decode steps that carried prompt chunks (not in telemetry)
 
 
@@ -107,8 +106,7 @@ class Engine:
         self._owns_executor = compute is None
         self._executor: ThreadPoolExecutor | None = compute
         self._task: asyncio.Task[None] | None = None
-        self._ahead: DecodeInFlight | None = None  # the next step, started before this one's streaming
-        self._chain: StepChain | None = None  # the steps running over the current batch
+        self._ahead: DecodeInFlight | None = None  # the next step, submitted before this one's streaming
         self.steps = 0
         self.totals = EngineTotals()
         self.failure: str | None = None  # why the step loop died; the service must be restarted
@@ -122,7 +120,6 @@ class Engine:
 
     async def stop(self, reason: str = "abort") -> None:
         """Ends every request with `reason`, stops the loop, and joins the compute thread."""
-        self._close_chain()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -171,7 +168,6 @@ class Engine:
             raise EngineStoppedError(self.failure or "the engine is not running; call start() first")
         sequence = self.intake.sequence(prompt, params)
         self.scheduler.add(sequence)
-        self._close_chain()  # the batch changes at the next step boundary
         self._wakeup.set()
         return sequence
 
@@ -189,7 +185,6 @@ class Engine:
         finally:
             if not sequence.finished:
                 sequence.abort()
-                self._close_chain()
                 self._wakeup.set()
 
     # ---- the step loop -----------------------------------------------------------------
@@ -214,7 +209,6 @@ class Engine:
 
     def _end_all(self, reason: str, error: str | None = None) -> None:
         """Ends every running and waiting request with `reason`."""
-        self._close_chain()
         self.scheduler.end_all(reason, error)
 
     async def step(self) -> None:
@@ -302,50 +296,41 @@ class Engine:
         if step is None:
             return
         try:
-            link = await step.result
+            out = await step.result
         except Exception as exc:  # contained: only this batch fails
             log.exception("decode step failed")
             for sequence in step.batch:
                 sequence.fail("error", f"decode step failed: {type(exc).__name__}")
             return
-        if self._chain is not None:
-            self._chain.taken()
-        if link.next is not None:
-            self._ahead = DecodeInFlight(step.batch, link.next_context, asyncio.wrap_future(link.next))
+        if self._batch_stays(step.batch, out):
+            lengths = [len(s) + len(t) for s, t in zip(step.batch, out.tokens, strict=True)]
+            self._ahead = self._submit_decode(step.batch, lengths)
             self.totals.overlapped_steps += 1
-        self._stream_step(step.batch, step.context, link.out)
+        self._stream_step(step.batch, step.context, out)
 
     async def _launch(self) -> DecodeInFlight | None:
-        """Starts a chain of steps over the running batch (step_chain.py).
-
-        The chain goes on while nothing can change the batch: no prompt waits to be admitted,
-        and no row can end with a step's tokens (a check on ids and counts, without text).
-        The loop then detokenizes and streams while the compute thread runs the next step, as
-        vLLM's async scheduling and SGLang's overlap scheduler do; a step's tokens are
-        already in the runner's rows, so the output is the same.
-        """
         await self._move(self.scheduler.compact())  # some may have finished at their first token
         batch = list(self.scheduler.running)
-        if not batch:
-            return None
-        context = sum(len(s) for s in batch) / len(batch)
+        return self._submit_decode(batch, [len(s) for s in batch]) if batch else None
+
+    def _submit_decode(self, batch: list[Sequence], lengths: list[int]) -> DecodeInFlight:
+        context = sum(lengths) / len(batch)
         k = self.policy.k_for(len(batch), int(context))
-        limits = [s.limit() for s in batch]
-        chain = StepChain(self.runner.decode, self._k_for, limits, self.runner.eos_token_ids)
+        return DecodeInFlight(batch, context, self._submit(self.runner.decode, len(batch), k))
+
+    def _batch_stays(self, batch: list[Sequence], out: DecodeOutput) -> bool:
+        """Whether the next step may start before this one's tokens are streamed.
+
+        Only when nothing can change the batch in between: no prompt waits to be admitted,
+        and no row can end with these tokens (a check on ids and counts, without text). The
+        loop then detokenizes and streams while the compute thread runs the next step, as
+        vLLM's async scheduling and SGLang's overlap scheduler do; the step's tokens are
+        already in the runner's rows, so its output is the same.
+        """
         if self.config.overlap != "on" or self.scheduler.waiting or self.scheduler.partial is not None:
-            chain.close()
-        self._chain = chain
-        first: Future[ChainLink] = Future()
-        self._submit(chain.run, first, k)
-        return DecodeInFlight(batch, context, asyncio.wrap_future(first))
-
-    def _k_for(self, batch_size: int, context: int) -> int:
-        """The live policy's K; the chain asks from the compute thread (policies are immutable)."""
-        return self.policy.k_for(batch_size, context)
-
-    def _close_chain(self) -> None:
-        if self._chain is not None:
-            self._chain.close()
+            return False
+        eos = self.runner.eos_token_ids
+        return not any(s.may_finish_with(t, eos) for s, t in zip(batch, out.tokens, strict=True))
 
     def _stream_step(
         self, batch: list[Sequence], context: float, out: DecodeOutput, timed: bool = True

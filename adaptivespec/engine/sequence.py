@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from adaptivespec.engine.detokenizer import Detokenizer
 from adaptivespec.engine.sampling import SamplingParams
-from adaptivespec.engine.step_chain import RowLimit
 from adaptivespec.engine.stops import StopMatcher
 from adaptivespec.engine.tokenizer import Tokenizer
 
@@ -94,13 +93,12 @@ class Sequence:
         self._emit(tuple(new), shown, finish)
         return len(new)
 
-    def limit(self) -> RowLimit:
-        """What tells, from token ids alone, whether a step could end this request (step_chain.py).
-        Stop strings can only be told from the text, so a request that has any may end at any
-        token."""
-        room = min(self.params.max_tokens - len(self.output_ids), self.max_context - len(self))
-        may_end_anywhere = bool(self._stops) or self.aborted
-        return RowLimit(None if may_end_anywhere else room, not self.params.ignore_eos, len(self))
+    def may_finish_with(self, tokens: Iterable[int], eos_ids: frozenset[int]) -> bool:
+        """Whether adding these tokens could end the request. Stop strings can only be told
+        from the text, so a request that has any may always finish."""
+        if self._stops or self.aborted:
+            return True
+        return any(self._limit_reached(t, i, eos_ids) for i, t in enumerate(tokens, start=1))
 
     def _limit_reached(self, token: int, pending: int, eos_ids: frozenset[int]) -> str | None:
         if token in eos_ids and not self.params.ignore_eos:

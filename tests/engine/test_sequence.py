@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.sequence import Sequence
-from adaptivespec.engine.step_chain import RowLimit
 from adaptivespec.engine.tokenizer import ByteTokenizer
 
 
@@ -33,21 +32,24 @@ def test_stop_string_split_across_steps_is_cut_and_never_shown() -> None:
     assert deltas[-1] == ""  # the final event only carries the finish reason
 
 
-def test_a_request_s_limit_counts_its_room_from_both_length_limits() -> None:
-    """What lets a chain of steps run on (step_chain.py); the chain's tests check it against
-    `add_tokens`. Stop strings, and an abort, let a request end at any token."""
+def test_may_finish_with_names_every_way_a_step_can_end_a_request() -> None:
+    """What lets the engine start the next step early: a False must mean the request goes on."""
 
     def sequence(params: SamplingParams, max_context: int = 4096) -> Sequence:
         return Sequence([1, 2], params, seed=0, max_context=max_context, tokenizer=ByteTokenizer())
 
+    eos = frozenset({0})
     plain = SamplingParams(max_tokens=5)
-    assert sequence(plain).limit() == RowLimit(room=5, ends_on_eos=True, length=2)
-    assert sequence(plain, max_context=4).limit().room == 2  # the context fills first
-    assert not sequence(SamplingParams(max_tokens=5, ignore_eos=True)).limit().ends_on_eos
-    assert sequence(SamplingParams(max_tokens=5, stop=("x",))).limit().room is None
+    assert not sequence(plain).may_finish_with([65, 66], eos)
+    assert sequence(plain).may_finish_with([65, 0], eos)  # an end-of-sequence token
+    assert not sequence(SamplingParams(max_tokens=5, ignore_eos=True)).may_finish_with([0], eos)
+    assert sequence(plain).may_finish_with([65] * 5, eos)  # max_tokens reached
+    assert sequence(plain, max_context=4).may_finish_with([65, 66], eos)  # the context is full
+    assert sequence(SamplingParams(max_tokens=5, stop=("x",))).may_finish_with([65], eos)  # text decides
     aborted = sequence(plain)
     aborted.abort()
-    assert aborted.limit().room is None
-    grown = sequence(plain)
-    grown.add_tokens([65, 66], frozenset({0}))
-    assert grown.limit() == RowLimit(room=3, ends_on_eos=True, length=4)
+    assert aborted.may_finish_with([65], eos)
+    # The check changes nothing: the tokens are added, and stream, afterwards.
+    kept = sequence(plain)
+    kept.may_finish_with([65, 66], eos)
+    assert kept.add_tokens([65, 66], eos) == 2 and kept.events.get_nowait().text == "AB"
