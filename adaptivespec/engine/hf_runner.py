@@ -190,13 +190,13 @@ class HFRunner:
         old_lens = self.rows.host_lens[:batch].copy()
         k = min(k, self.max_spec_tokens)
         # Built before the drafter's forwards, with its layouts (see DraftModelProposer.propose).
-        full_width = self._verify_layout(batch, k + 1) if k > 0 and self.proposer is not None else None
+        verify_layout = self._verify_layout(batch, k + 1) if k > 0 and self.proposer is not None else None
         proposal = self._propose(batch, k, sampling)
         drafted_mark = self.clock.mark()
         if proposal is None:
             host_tokens, accepted = self._plain_step(batch, sampling)
         else:
-            host_tokens, accepted = self._verify(batch, proposal, sampling, full_width)
+            host_tokens, accepted = self._verify(batch, proposal, sampling, verify_layout)
         kept = accepted.tolist()
         emitted = [row[: a + 1] for row, a in zip(host_tokens.tolist(), kept, strict=True)]
         self.rows.append(0, host_tokens, accepted + 1)
@@ -254,12 +254,13 @@ class HFRunner:
         return token[:, None], np.zeros(batch, dtype=np.int64)
 
     def _verify(
-        self, batch: int, proposal: Proposal, sampling: BatchSampling, full_width: RaggedLayout | None
+        self, batch: int, proposal: Proposal, sampling: BatchSampling, layout: RaggedLayout | None
     ) -> tuple[np.ndarray, np.ndarray]:
+        """`layout`: one built for K + 1 tokens a row; a drafter that found fewer needs its own."""
         ids = torch.cat([self.rows.last_tokens(batch), proposal.drafts], dim=1)  # [B, K+1]
         width = ids.shape[1]
-        fits = full_width is not None and full_width.cols.shape[1] == width
-        layout = full_width if fits and full_width is not None else self._verify_layout(batch, width)
+        if layout is None or layout.cols.shape[1] != width:
+            layout = self._verify_layout(batch, width)
         logits = self.target.forward(0, ids, layout, last_only=False, step=True)
         if sampling.all_greedy:  # the argmax prefix, matched on the host: a few numpy operations
             read = torch.cat([logits.argmax(dim=-1), proposal.drafts], dim=1).cpu().numpy()
