@@ -35,7 +35,9 @@ def test_bench_fleet_report_shape(
     assert 0.5 < fleet["ratio_to_oracle"] <= 1.05 and 0.5 < report["lone"]["ratio_to_oracle"] <= 1.05
     assert report["db_writes_per_s"] > 0 and report["db_rows_per_s"] >= report["db_writes_per_s"]
     assert report["refresh_latency_ms"] > 0 and report["flush_latency_ms"]["p99"] > 0
-    assert isinstance(report["holds"], bool)
+    worst, lone_steps = max(fleet["steps_to_095_per_host"]), report["lone_per_host"]["steps_to_095"]
+    assert report["holds"] == (worst <= 0.5 * report["lone"]["steps_to_095"])
+    assert report["holds_against_lone_mean"] == (worst <= 0.5 * sum(lone_steps) / len(lone_steps))
     assert "each host in at most half" in capsys.readouterr().out
 
     store = Store(postgres_url, migrate=False)
