@@ -190,7 +190,8 @@ class HFRunner:
         old_lens = self.rows.host_lens[:batch].copy()
         k = min(k, self.max_spec_tokens)
         # Built before the drafter's forwards, with its layouts (see DraftModelProposer.propose).
-        verify_layout = self._verify_layout(batch, k + 1) if k > 0 and self.proposer is not None else None
+        ahead = k > 0 and self.proposer is not None and self.proposer.full_width
+        verify_layout = self._verify_layout(batch, k + 1) if ahead else None
         proposal = self._propose(batch, k, sampling)
         drafted_mark = self.clock.mark()
         if proposal is None:
@@ -256,10 +257,10 @@ class HFRunner:
     def _verify(
         self, batch: int, proposal: Proposal, sampling: BatchSampling, layout: RaggedLayout | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """`layout`: one built for K + 1 tokens a row; a drafter that found fewer needs its own."""
+        """`layout`: one built for K + 1 tokens a row, or None: this step builds its own."""
         ids = torch.cat([self.rows.last_tokens(batch), proposal.drafts], dim=1)  # [B, K+1]
         width = ids.shape[1]
-        if layout is None or layout.cols.shape[1] != width:
+        if layout is None:
             layout = self._verify_layout(batch, width)
         logits = self.target.forward(0, ids, layout, last_only=False, step=True)
         if sampling.all_greedy:  # the argmax prefix, matched on the host: a few numpy operations

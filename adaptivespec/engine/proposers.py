@@ -30,6 +30,8 @@ class Proposal:
 
 class Proposer(Protocol):
     name: str
+    # Every row gets exactly K drafts, so the verify pass's layout can be built before drafting.
+    full_width: bool
 
     @property
     def nbytes(self) -> int: ...
@@ -63,6 +65,7 @@ class DraftModelProposer:
         target_width: int | None = None,
     ) -> None:
         self.name = name
+        self.full_width = True
         self.draft = CachedModel(model, max_batch, cache_len, clock)
         own_width = int(model.get_output_embeddings().weight.shape[0])
         self.target_width = target_width or own_width
@@ -135,6 +138,7 @@ class NgramProposer:
 
     def __init__(self, max_n: int = 3, min_n: int = 2) -> None:
         self.name = f"ngram{min_n}-{max_n}"
+        self.full_width = False  # a row without a match, or near its end, has fewer
         self.max_n = max_n
         self.min_n = min_n
 
