@@ -18,7 +18,14 @@ does, so hosts that start together split the probes of new cells (`ProbeShare`).
 - `join`: host h starts at h/N of a lone host's run, in the same order: a fleet that grows
   while it serves, where each new host finds what the earlier ones measured.
 
-The lone host is the same controller without the database, over the same schedule order.
+Each host serves its own requests, with its own acceptance draws (`SimLoop.for_host`), as
+hosts behind a balancer do, and is measured against its own oracle: the best fixed K per
+bucket on its requests. Were every host given the same draws, the pooled evidence would count
+one host's luck once per host: four hosts' unlucky first rows at batch 1 read as four times the
+evidence and ruled out the larger K there, and, inherited, at larger batches too.
+
+The lone host h is host h's controller without the database, on host h's requests, over the
+same schedule order.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.control import sim_scenario
+from adaptivespec.bench.fleet_seeds import print_summary, summarise_seeds
 from adaptivespec.bench.learning_metrics import WINDOW, steps_to_match
 from adaptivespec.bench.oracle import ORACLE_ARMS, Oracle, oracle_from_sweep, ratio_to_oracle, summarise
 from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
@@ -67,7 +76,14 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     load.add_argument("--acceptance", type=float, help="mean acceptance rate (default 0.7)")
     load.add_argument("--workload", type=Path, help="workload JSON file")
     fleet.add_argument("--steps-per-bucket", type=int, default=None, help="default 2000")
-    fleet.add_argument("--seed", type=int, default=0)
+    seeds = fleet.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0)
+    seeds.add_argument(
+        "--seeds",
+        type=integers,
+        default=None,
+        help="run at each of these seeds, and judge the bar on the means (e.g. 0,1,2,3,4,5)",
+    )
     steady = SyncCadence()
     fleet.add_argument(
         "--flush-seconds", type=float, default=steady.flush_seconds, help="virtual seconds between flushes"
@@ -128,18 +144,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("--hosts must be >= 1")
     if args.window < 1:
         raise ConfigError("--window must be >= 1 step")
+    if args.seeds is not None and len(set(args.seeds)) < 2:
+        raise ConfigError("--seeds needs at least two different seeds, e.g. --seeds 0,1,2,3")
     cadence = SyncCadence(
         args.flush_seconds, args.refresh_seconds, args.learning_sync_seconds, args.young_cell_steps
     )
+    if args.seeds is None:
+        report = _run_seed(args, cadence)
+        _print(report)
+    else:
+        reports = []
+        for index, seed in enumerate(args.seeds):
+            print(f"seed {seed} ({index + 1} of {len(args.seeds)})", flush=True)
+            reports.append(_run_seed(argparse.Namespace(**{**vars(args), "seed": seed}), cadence))
+            _print(reports[-1])
+        report = summarise_seeds(reports, args.seeds)
+        print_summary(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+    return report
+
+
+def _run_seed(args: argparse.Namespace, cadence: SyncCadence) -> dict[str, Any]:
     loop, workload, scenario, _ = sim_scenario(args)
     phases = len(workload.load)
     orders = [_order(h, args.hosts, phases, args.stagger) for h in range(args.hosts)]
-    total = len(ORACLE_ARMS) * workload.total_steps + 2 * args.hosts * workload.total_steps
+    loops = [loop.for_host(h) for h in range(args.hosts)]
+    total = (len(ORACLE_ARMS) + 2) * args.hosts * workload.total_steps
     with tqdm(total=total, desc="bench fleet", unit="step", file=sys.stderr) as bar:
-        sweep = {k: loop.run(FixedK(k), progress=bar.update) for k in ORACLE_ARMS}
-        oracle = oracle_from_sweep(sweep)
-        targets = _targets(sweep, oracle, loop)
-        lone = [_lone(loop, h, orders[h], bar) for h in range(args.hosts)]
+        oracles = [_oracle(host_loop, bar) for host_loop in loops]
+        lone = [_lone(loops[h], h, orders[h], bar) for h in range(args.hosts)]
         joins = args.stagger == "join"
         starts = [h * lone[0].clock / args.hosts if joins else 0.0 for h in range(args.hosts)]
         run_key = f"{loop.model_key} (bench fleet {uuid.uuid4().hex[:8]})"
@@ -149,7 +183,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             plan = list(zip(orders, starts, strict=True))
             together = args.stagger == "none"
             fleet, database, seconds = _fleet(
-                loop, cadence, run_key, repository, bar, plan=plan, together=together
+                loops, cadence, run_key, repository, bar, plan=plan, together=together
             )
         finally:
             store.close()
@@ -164,27 +198,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "young_cell_steps": args.young_cell_steps,
         "window": args.window,
         "levels": [phase.concurrency for phase in workload.load],  # the load levels, in order
-        **_learning(lone, fleet, targets, oracle, args.window),
+        **_learning(lone, fleet, oracles, args.window),
         **_database_costs(database, seconds),
     }
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2))
-    _print(report)
     return report
 
 
+@dataclass(frozen=True, slots=True)
+class _HostOracle:
+    """The best fixed K per bucket on one host's requests, and its per-step goodput there."""
+
+    oracle: Oracle
+    targets: list[np.ndarray]  # per load level, in the workload's order: [steps] tokens / s
+
+
+def _oracle(loop: SimLoop, bar: tqdm[Any]) -> _HostOracle:
+    sweep = {k: loop.run(FixedK(k), progress=bar.update) for k in ORACLE_ARMS}
+    oracle = oracle_from_sweep(sweep)
+    return _HostOracle(oracle, _targets(sweep, oracle, loop))
+
+
 def _learning(
-    lone: list[_Host], fleet: list[_Host], targets: list[np.ndarray], oracle: Oracle, window: int
+    lone: list[_Host], fleet: list[_Host], oracles: list[_HostOracle], window: int
 ) -> dict[str, Any]:
-    lone_levels = [_steps_by_level(h.results, h.order, targets, window) for h in lone]
-    fleet_levels = [_steps_by_level(h.results, h.order, targets, window) for h in fleet]
+    """Each host, lone or in the fleet, against the oracle on its own requests."""
+    lone_levels = [_steps_by_level(h.results, h.order, oracles[h.index].targets, window) for h in lone]
+    fleet_levels = [_steps_by_level(h.results, h.order, oracles[h.index].targets, window) for h in fleet]
     lone_steps = [float(sum(levels)) for levels in lone_levels]
     fleet_steps = [float(sum(levels)) for levels in fleet_levels]
-    fleet_ratios = [ratio_to_oracle(summarise(h.results), oracle) for h in fleet]
+    fleet_ratios = [ratio_to_oracle(summarise(h.results), oracles[h.index].oracle) for h in fleet]
     return {
         "lone": {
             "steps_to_095": lone_steps[0],
-            "ratio_to_oracle": ratio_to_oracle(summarise(lone[0].results), oracle),
+            "ratio_to_oracle": ratio_to_oracle(summarise(lone[0].results), oracles[0].oracle),
         },
         "lone_per_host": {"steps_to_095": lone_steps, "steps_to_095_by_level": lone_levels},
         "fleet": {
@@ -244,7 +290,7 @@ def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> _Host:
 
 
 def _fleet(
-    loop: SimLoop,
+    loops: list[SimLoop],
     cadence: SyncCadence,
     run_key: str,
     repository: FleetRepository,
@@ -253,10 +299,11 @@ def _fleet(
     plan: list[tuple[list[int], float]],
     together: bool,
 ) -> tuple[list[_Host], _Database, float]:
-    """`plan`: each host's phase order and the virtual second it starts at; `together`: every
-    phase starts on all hosts at once."""
+    """`loops`: each host's requests; `plan`: each host's phase order and the virtual second it
+    starts at; `together`: every phase starts on all hosts at once."""
     database = _Database()
     hosts = []
+    loop = loops[0]
     for h, (order, start) in enumerate(plan):
         controller = Controller(run_key, loop.hardware_key, ControllerConfig(seed=h))
         host = _Host(h, controller, order, FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
@@ -268,7 +315,8 @@ def _fleet(
     for host in hosts:
         _refresh(host, repository, database, cadence)
     steppers = {
-        h.index: loop.stepping(h.controller.live, h.results, _clocked(h), None, h.order) for h in hosts
+        h.index: loops[h.index].stepping(h.controller.live, h.results, _clocked(h), None, h.order)
+        for h in hosts
     }
     queue = [(h.clock, h.index) for h in hosts]
     waiting: list[_Host] = []  # done with their phase, until every host is

@@ -67,13 +67,26 @@ class AcceptanceModel:
 
 class SimLoop:
     def __init__(
-        self, cost: StepCostModel, workload: Workload, seed: int, model_key: str, hardware_key: str
+        self,
+        cost: StepCostModel,
+        workload: Workload,
+        seed: int,
+        model_key: str,
+        hardware_key: str,
+        *,
+        host: int = 0,
     ) -> None:
         self.cost = cost
         self.workload = workload
         self.seed = seed
         self.model_key = model_key
         self.hardware_key = hardware_key
+        self.host = host  # whose requests: hosts behind one balancer serve different ones
+
+    def for_host(self, host: int) -> SimLoop:
+        """The same schedule with host `host`'s own requests and acceptance draws. Host 0's are
+        this loop's, so a lone run and the first host of a fleet see the same requests."""
+        return SimLoop(self.cost, self.workload, self.seed, self.model_key, self.hardware_key, host=host)
 
     def run(
         self,
@@ -104,10 +117,7 @@ class SimLoop:
         step = 0
         for index in order if order is not None else range(len(self.workload.load)):
             phase = self.workload.load[index]
-            streams = (
-                np.random.default_rng([self.seed, index, 0]),
-                np.random.default_rng([self.seed, index, 1]),
-            )
+            streams = (self._stream(index, 0), self._stream(index, 1))
             state = _Batch.steady(self.workload, acceptance, phase, streams)
             result = PhaseResult(phase.concurrency)
             results.append(result)
@@ -120,6 +130,11 @@ class SimLoop:
                 yield
             if progress is not None:
                 progress(phase.steps)
+
+    def _stream(self, phase: int, purpose: int) -> np.random.Generator:
+        """Host 0 keeps the seed sequence of a loop without hosts, so earlier runs reproduce."""
+        entropy = [self.seed, phase, purpose] + ([self.host] if self.host else [])
+        return np.random.default_rng(entropy)
 
     def _step(self, policy: SpecPolicy, state: _Batch, result: PhaseResult, on_step: StepSink | None) -> None:
         batch = state.context.size

@@ -78,3 +78,29 @@ def test_bench_fleet_hosts_can_join_one_after_another(tmp_path: Path, postgres_u
     hosts = {h.host_id: h for h in FleetRepository(store.engine).hosts() if h.model_key == report["run_key"]}
     store.close()
     assert {h.steps for h in hosts.values()} == {14 * 30}  # the late host ran the whole schedule too
+
+
+def test_bench_fleet_over_seeds_judges_the_means(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "seeds.json"
+    args = ["bench", "fleet", "--hosts", "2", "--db", postgres_url, "--hardware", "l4", "--stagger", "none"]
+    args += ["--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--steps-per-bucket", "20"]
+    assert main([*args, "--window", "5", "--seeds", "3,4", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    runs = report["runs"]
+    assert report["seeds"] == [3, 4] and [run["scenario"]["seed"] for run in runs] == [3, 4]
+    per_run = [run["fleet"]["steps_to_095_per_host"] for run in runs]
+    assert report["fleet"]["steps_to_095_per_host"] == [(a + b) / 2 for a, b in zip(*per_run, strict=True)]
+    lone = [steps for run in runs for steps in run["lone_per_host"]["steps_to_095"]]
+    assert report["lone"]["steps_to_095"] == sum(lone) / len(lone)
+    assert report["holds"] == all(r <= 0.5 for r in report["ratio_per_host"])
+    assert "single runs where each host" in capsys.readouterr().out
+
+
+def test_bench_fleet_needs_two_seeds_to_judge_means(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["bench", "fleet", "--db", postgres_url, "--hardware", "l4", "--target", "llama-3.1-8b"]
+    assert main([*args, "--draft", "llama-3.2-1b", "--seeds", "3,3"]) == 2
+    assert "--seeds needs at least two different seeds" in capsys.readouterr().err

@@ -34,6 +34,15 @@ def test_same_seed_same_result_other_seed_differs() -> None:
     assert summary[0] != summary[2]
 
 
+def test_each_host_serves_its_own_requests_and_host_zero_the_loops() -> None:
+    loop = _loop(5)
+    runs = [loop.run(FixedK(3)), loop.for_host(0).run(FixedK(3)), loop.for_host(1).run(FixedK(3))]
+    traces = [[p.goodput_trace for p in run] for run in runs]
+    assert traces[0] == traces[1]  # host 0: the draws of a loop without hosts
+    assert all(ours != theirs for ours, theirs in zip(traces[0], traces[2], strict=True))
+    assert loop.for_host(1).run(FixedK(3))[0].goodput_trace == traces[2][0]  # each host reproduces
+
+
 def test_acceptance_follows_the_geometric_law() -> None:
     rng = np.random.default_rng(0)
     alpha = np.full(200_000, 0.7)
