@@ -144,8 +144,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("--hosts must be >= 1")
     if args.window < 1:
         raise ConfigError("--window must be >= 1 step")
-    if args.seeds is not None and len(set(args.seeds)) < 2:
-        raise ConfigError("--seeds needs at least two different seeds, e.g. --seeds 0,1,2,3")
+    if args.seeds is not None and (len(args.seeds) < 2 or len(set(args.seeds)) < len(args.seeds)):
+        raise ConfigError("--seeds needs two or more different seeds, each once, e.g. --seeds 0,1,2,3")
     cadence = SyncCadence(
         args.flush_seconds, args.refresh_seconds, args.learning_sync_seconds, args.young_cell_steps
     )

@@ -98,9 +98,11 @@ def test_bench_fleet_over_seeds_judges_the_means(
     assert "single runs where each host" in capsys.readouterr().out
 
 
-def test_bench_fleet_needs_two_seeds_to_judge_means(
-    postgres_url: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("seeds", ["3", "3,3", "3,4,3"])
+def test_bench_fleet_needs_two_different_seeds_to_judge_means(
+    seeds: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["bench", "fleet", "--db", postgres_url, "--hardware", "l4", "--target", "llama-3.1-8b"]
-    assert main([*args, "--draft", "llama-3.2-1b", "--seeds", "3,3"]) == 2
-    assert "--seeds needs at least two different seeds" in capsys.readouterr().err
+    args = ["bench", "fleet", "--db", f"sqlite:///{tmp_path / 'f.db'}", "--hardware", "l4"]
+    assert main([*args, "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--seeds", seeds]) == 2
+    assert "--seeds needs two or more different seeds, each once" in capsys.readouterr().err
+    assert not (tmp_path / "f.db").exists()  # refused before anything ran
