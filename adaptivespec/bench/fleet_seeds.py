@@ -1,7 +1,7 @@
 """`bench fleet --seeds`: the per-host bar judged on the mean over seeds, with a bootstrap bound.
 
 One run's steps to 0.95 of the oracle are a few exploratory steps' luck: at a 10-step window
-the lone runs of one scenario spread from 0 to 111 steps with the seed alone. "Each host in at
+the lone runs of one scenario spread over 0-123 steps with the seed alone. "Each host in at
 most half the steps of a lone host" is then a claim about expectations: for every host h, the
 mean over seeds of its steps in the fleet against the mean steps of a lone host (every host's
 lone run at every seed). The bound resamples seeds with replacement, fleet and lone runs of a
