@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.control import sim_scenario
-from adaptivespec.bench.fleet_seeds import print_summary, summarise_seeds
+from adaptivespec.bench.fleet_report import print_run, print_summary, summarise_seeds
 from adaptivespec.bench.learning_metrics import WINDOW, steps_to_match
 from adaptivespec.bench.oracle import ORACLE_ARMS, Oracle, oracle_from_sweep, ratio_to_oracle, summarise
 from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
@@ -151,14 +151,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     if args.seeds is None:
         report = _run_seed(args, cadence)
-        _print(report)
+        print_run(report)
     else:
         reports = []
         for index, seed in enumerate(args.seeds):
             print(f"seed {seed} ({index + 1} of {len(args.seeds)})", flush=True)
             reports.append(_run_seed(argparse.Namespace(**{**vars(args), "seed": seed}), cadence))
-            _print(reports[-1])
-        report = summarise_seeds(reports, args.seeds)
+            print_run(reports[-1])
+        report = summarise_seeds(reports)
         print_summary(report)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2))
@@ -387,20 +387,3 @@ def _latency(samples: list[float]) -> dict[str, float]:
     if not samples:
         return {"mean": 0.0, "p99": 0.0}
     return {"mean": float(np.mean(samples)), "p99": float(np.percentile(samples, 99))}
-
-
-def _print(report: dict[str, Any]) -> None:
-    lone, fleet = report["lone"], report["fleet"]
-    steps = ", ".join(f"{s:.0f}" for s in fleet["steps_to_095_per_host"])
-    flush = report["flush_latency_ms"]
-    print(f"{report['hosts']} hosts ({report['stagger']}), run key {report['run_key']!r}")
-    print(f"lone host: steps to 0.95 {lone['steps_to_095']:.0f}, ratio {lone['ratio_to_oracle']:.3f}")
-    print(f"fleet: steps to 0.95 per host [{steps}], ratio {fleet['ratio_to_oracle']:.3f}")
-    print(f"each host in at most half the lone host's steps: {report['holds']}")
-    print(f"... in at most half the mean of the lone runs: {report['holds_against_lone_mean']}")
-    writes, rows = report["db_writes_per_s"], report["db_rows_per_s"]
-    print(f"database, per virtual second: {writes:.2f} flushes, {rows:.1f} rows")
-    print(
-        f"flush {flush['mean']:.2f} ms (p99 {flush['p99']:.2f}), "
-        f"refresh {report['refresh_latency_ms']:.2f} ms (p99 {report['refresh_latency_p99_ms']:.2f})"
-    )

@@ -1,4 +1,5 @@
-"""`bench fleet --seeds`: the per-host bar judged on the mean over seeds, with a bootstrap bound.
+"""What `bench fleet` reports: one run's lines, and with `--seeds` the per-host bar judged on
+the means over seeds, with a bootstrap bound.
 
 One run's steps to 0.95 of the oracle are a few exploratory steps' luck: at a 10-step window
 the lone runs of one scenario spread over 0-123 steps with the seed alone. "Each host in at
@@ -19,7 +20,7 @@ RESAMPLES = 4000
 BOUND = 95.0  # percentile of the bootstrap distribution reported as the upper bound
 
 
-def summarise_seeds(reports: Sequence[dict[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
+def summarise_seeds(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The issue's report keys, each a mean over the seeds' runs, beside the runs themselves."""
     fleet = np.array([r["fleet"]["steps_to_095_per_host"] for r in reports])  # [seeds, hosts]
     lone = np.array([r["lone_per_host"]["steps_to_095"] for r in reports])  # [seeds, hosts]
@@ -27,7 +28,7 @@ def summarise_seeds(reports: Sequence[dict[str, Any]], seeds: Sequence[int]) -> 
     upper = np.percentile(_resampled_ratios(fleet, lone), BOUND, axis=0, method="higher")  # a drawn ratio
     return {
         "hosts": int(fleet.shape[1]),
-        "seeds": list(seeds),
+        "seeds": [r["scenario"]["seed"] for r in reports],
         "window": reports[0]["window"],
         "stagger": reports[0]["stagger"],
         "lone": {
@@ -77,3 +78,20 @@ def print_summary(summary: dict[str, Any]) -> None:
     holds, bound, holding = summary["holds"], summary["holds_at_upper_95"], summary["runs_holding"]
     print(f"each host in at most half a lone host's mean steps: {holds} (at the bound: {bound})")
     print(f"single runs where each host took at most half the first lone run's steps: {holding} of {runs}")
+
+
+def print_run(report: dict[str, Any]) -> None:
+    lone, fleet = report["lone"], report["fleet"]
+    steps = ", ".join(f"{s:.0f}" for s in fleet["steps_to_095_per_host"])
+    flush = report["flush_latency_ms"]
+    print(f"{report['hosts']} hosts ({report['stagger']}), run key {report['run_key']!r}")
+    print(f"lone host: steps to 0.95 {lone['steps_to_095']:.0f}, ratio {lone['ratio_to_oracle']:.3f}")
+    print(f"fleet: steps to 0.95 per host [{steps}], ratio {fleet['ratio_to_oracle']:.3f}")
+    print(f"each host in at most half the lone host's steps: {report['holds']}")
+    print(f"... in at most half the mean of the lone runs: {report['holds_against_lone_mean']}")
+    writes, rows = report["db_writes_per_s"], report["db_rows_per_s"]
+    print(f"database, per virtual second: {writes:.2f} flushes, {rows:.1f} rows")
+    print(
+        f"flush {flush['mean']:.2f} ms (p99 {flush['p99']:.2f}), "
+        f"refresh {report['refresh_latency_ms']:.2f} ms (p99 {report['refresh_latency_p99_ms']:.2f})"
+    )
