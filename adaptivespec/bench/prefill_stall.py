@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from adaptivespec.bench.traffic import percentile_ms
 from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import FixedK
-from adaptivespec.engine.engine import Engine, RequestStream
+from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.request_stream import RequestStream
 from adaptivespec.engine.runner import Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.tokenizer import Tokenizer

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,10 +22,11 @@ from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.intake import Intake
 from adaptivespec.engine.prefill_pacer import PrefillPacer
+from adaptivespec.engine.request_stream import RequestStream
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput, Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import PromptChunk, RowMoves, Scheduler
-from adaptivespec.engine.sequence import Sequence, SequenceStats, TokenEvent
+from adaptivespec.engine.sequence import Sequence, SequenceStats
 from adaptivespec.engine.telemetry import TelemetryBus, decode_record
 from adaptivespec.engine.tokenizer import Tokenizer
 from adaptivespec.errors import EngineStoppedError
@@ -66,23 +67,6 @@ def compute_thread() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="adaptivespec-compute")
 
 
-class RequestStream:
-    """One request's token events; also tells how many tokens its prompt had."""
-
-    def __init__(self, prompt_tokens: int, events: AsyncIterator[TokenEvent]) -> None:
-        self.prompt_tokens = prompt_tokens
-        self._events = events
-
-    def __aiter__(self) -> AsyncIterator[TokenEvent]:
-        return self._events
-
-    async def __anext__(self) -> TokenEvent:
-        return await anext(self._events)
-
-    async def aclose(self) -> None:
-        await self._events.aclose()  # type: ignore[attr-defined]
-
-
 class Engine:
     def __init__(
         self,
@@ -110,6 +94,8 @@ class Engine:
         self.steps = 0
         self.totals = EngineTotals()
         self.failure: str | None = None  # why the step loop died; the service must be restarted
+        self._live: dict[str, Sequence] = {}  # requests whose stream has not ended, by request id
+        self._next_id = 0
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -145,16 +131,38 @@ class Engine:
     def submit(self, prompt: str | Seq[int], params: SamplingParams) -> RequestStream:
         """Validates and queues a request; iterate the result for its tokens.
 
-        Raises at once on bad input or a full queue. Closing or cancelling the iterator
-        aborts the request, and its row is freed at the next step.
+        Raises at once on bad input or a full queue. `abort(request_id)`, or the stream's own
+        `abort()`, ends the request; its row is freed at the next step.
         """
+        return self._open(prompt, params)[1]
+
+    def _open(self, prompt: str | Seq[int], params: SamplingParams) -> tuple[Sequence, RequestStream]:
         sequence = self._enqueue(prompt, params)
-        return RequestStream(len(sequence.prompt_ids), self._stream(sequence))
+        self._next_id += 1
+        request_id = f"req-{self._next_id}"
+        self._live[request_id] = sequence
+        return sequence, RequestStream(request_id, len(sequence.prompt_ids), sequence.events, self._ended)
+
+    def abort(self, request_id: str) -> None:
+        """Ends a request that has not finished; an unknown or finished id is a no-op."""
+        sequence = self._live.pop(request_id, None)
+        if sequence is not None and not sequence.finished:
+            sequence.abort()
+            self._wakeup.set()
+
+    def _ended(self, request_id: str, aborted: bool) -> None:
+        if aborted:
+            self.abort(request_id)
+        else:
+            self._live.pop(request_id, None)
 
     async def generate(self, prompt: str | Seq[int], params: SamplingParams) -> Completion:
         """Runs one request to the end and returns everything it produced."""
-        sequence = self._enqueue(prompt, params)
-        events = [event async for event in self._stream(sequence)]
+        sequence, stream = self._open(prompt, params)
+        try:
+            events = [event async for event in stream]
+        finally:
+            stream.abort()
         last = events[-1]
         if last.finish_reason == "error":
             raise RuntimeError(f"generation failed: {last.error}")
@@ -174,18 +182,6 @@ class Engine:
     def encode(self, prompt: str) -> list[int]:
         """Token ids of a text prompt (thread-safe: servers call it off the event loop)."""
         return self.intake.encode(prompt)
-
-    async def _stream(self, sequence: Sequence) -> AsyncIterator[TokenEvent]:
-        try:
-            while True:
-                event = await sequence.events.get()
-                yield event
-                if event.finish_reason is not None:
-                    return
-        finally:
-            if not sequence.finished:
-                sequence.abort()
-                self._wakeup.set()
 
     # ---- the step loop -----------------------------------------------------------------
     async def _loop(self) -> None:
@@ -249,38 +245,63 @@ class Engine:
             for c in admission.chunks
         ]
         if fused:
-            await self._decode_with(batch, context, admission.chunks, items)
+            await self._decode_with(batch, context, admission.row_start, admission.chunks, items)
             return True
-        try:
-            out = await self._compute(self.runner.prefill, admission.row_start, items)
-        except Exception as exc:  # contained: only these requests fail
-            log.exception("prefill failed")
-            for chunk in admission.chunks:
-                chunk.sequence.fail("error", f"prefill failed: {type(exc).__name__}")
-            return False
-        self.pacer.prefilled(sum(c.end - c.start for c in admission.chunks), out.seconds)
-        self._first_tokens(admission.chunks, out)
+        await self._prefill(admission.row_start, admission.chunks, items)
         return False
+
+    async def _prefill(self, row_start: int, chunks: list[PromptChunk], items: list[PrefillItem]) -> None:
+        """Prefills the chunks together; if that fails, each alone, so that only a request whose
+        own prefill fails is failed (contained: the rows of others are not touched)."""
+        try:
+            out = await self._compute(self.runner.prefill, row_start, items)
+        except Exception as exc:
+            log.exception("prefill of %d prompt chunk(s) failed", len(items))
+            if len(items) == 1:
+                chunks[0].sequence.fail("error", f"prefill failed: {type(exc).__name__}: {exc}")
+                return
+            for i, (chunk, item) in enumerate(zip(chunks, items, strict=True)):
+                await self._prefill(row_start + i, [chunk], [item])
+            return
+        self.pacer.prefilled(sum(c.end - c.start for c in chunks), out.seconds)
+        self._first_tokens(chunks, out)
 
     def _fuses(self, batch: int, context: float) -> bool:
         """Whether this step would be a plain one that can take the prompt chunks in its forward."""
         return self.runner.fuses_prompts and self.policy.k_for(batch, int(context)) == 0
 
     async def _decode_with(
-        self, batch: list[Sequence], context: float, chunks: list[PromptChunk], items: list[PrefillItem]
+        self,
+        batch: list[Sequence],
+        context: float,
+        row_start: int,
+        chunks: list[PromptChunk],
+        items: list[PrefillItem],
     ) -> None:
         """One forward for a plain step over `batch` and the prompt chunks after it. Its time
-        is not published as a plain step's: the chunks' work is in it."""
+        is not published as a plain step's: the chunks' work is in it. If it fails, the plain
+        step and each chunk run apart (a failed call leaves the rows as they were), so that one
+        request's failure never ends another's."""
         try:
             out, prefill = await self._compute(self.runner.decode_with_prompts, len(batch), items)
-        except Exception as exc:  # contained: only these requests fail
-            log.exception("decode step with prompt chunks failed")
-            for sequence in [*batch, *(c.sequence for c in chunks)]:
-                sequence.fail("error", f"decode step failed: {type(exc).__name__}")
+        except Exception:
+            log.exception("decode step with prompt chunks failed; running its parts apart")
+            await self._plain_step(batch, context)
+            await self._prefill(row_start, chunks, items)
             return
         self.pacer.prefilled_beside_step(sum(c.end - c.start for c in chunks), out.step_seconds)
         self.totals.steps_with_prompts += 1
         self._first_tokens(chunks, prefill)
+        self._stream_step(batch, context, out, timed=False)
+
+    async def _plain_step(self, batch: list[Sequence], context: float) -> None:
+        try:
+            out = await self._compute(self.runner.decode, len(batch), 0)
+        except Exception as exc:  # contained: only this batch fails
+            log.exception("decode step failed")
+            for sequence in batch:
+                sequence.fail("error", f"decode step failed: {type(exc).__name__}: {exc}")
+            return
         self._stream_step(batch, context, out, timed=False)
 
     def _first_tokens(self, chunks: list[PromptChunk], out: PrefillOutput) -> None:
@@ -300,7 +321,7 @@ class Engine:
         except Exception as exc:  # contained: only this batch fails
             log.exception("decode step failed")
             for sequence in step.batch:
-                sequence.fail("error", f"decode step failed: {type(exc).__name__}")
+                sequence.fail("error", f"decode step failed: {type(exc).__name__}: {exc}")
             return
         if self._batch_stays(step.batch, out):
             lengths = [len(s) + len(t) for s, t in zip(step.batch, out.tokens, strict=True)]

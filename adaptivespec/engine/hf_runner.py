@@ -20,7 +20,7 @@ from adaptivespec.engine.proposers import Proposal, Proposer
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
-from adaptivespec.engine.sampling import BatchSampling, SamplingParams, next_tokens
+from adaptivespec.engine.sampling import SAMPLING_DTYPE, BatchSampling, SamplingParams, next_tokens
 from adaptivespec.engine.segments import SegmentLayout
 from adaptivespec.engine.verification import greedy_prefix, verify
 
@@ -54,8 +54,8 @@ class HFRunner:
         self.vocab_rows = int(cast(torch.nn.Embedding, target.get_input_embeddings()).num_embeddings)
         self.device = self.target.device
         self.rows = RowState.allocate(max_batch, self.cache_len, self.device)
-        self._temperature = torch.ones(max_batch, device=self.device)
-        self._top_p = torch.ones(max_batch, device=self.device)
+        self._temperature = torch.ones(max_batch, dtype=SAMPLING_DTYPE, device=self.device)
+        self._top_p = torch.ones(max_batch, dtype=SAMPLING_DTYPE, device=self.device)
         self._greedy = torch.ones(max_batch, dtype=torch.bool, device=self.device)
         self._host_greedy = np.ones(max_batch, dtype=bool)
         self._host_top_p = np.ones(max_batch)
@@ -138,6 +138,19 @@ class HFRunner:
         """A plain step over rows [0, batch) and the items' chunks into rows batch, batch + 1, ...,
         in one forward of the target (segments.py). The tokens are those of `prefill` into those
         rows followed by `decode(batch, 0)` over the rows before them."""
+        # A failed call must leave the running rows as they were, so that the engine can run
+        # the step's parts apart and sampled rows still draw what a clean step would have.
+        saved = None if self._host_greedy[:batch].all() else [g.get_state() for g in self._generators[:batch]]
+        try:
+            return self._decode_with_prompts(batch, items)
+        except Exception:
+            for generator, state in zip(self._generators, saved or [], strict=False):
+                generator.set_state(state)
+            raise
+
+    def _decode_with_prompts(
+        self, batch: int, items: list[PrefillItem]
+    ) -> tuple[DecodeOutput, PrefillOutput]:
         began = time.perf_counter()
         done = self._open_rows(batch, items)
         starts = np.array([item.start for item in items], dtype=np.int64)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence as Seq
 
-from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.sampling import SAMPLING_DTYPE, SamplingParams
 from adaptivespec.engine.sequence import Sequence
 from adaptivespec.engine.tokenizer import Tokenizer, longest_token_chars
 from adaptivespec.errors import InvalidRequestError
@@ -28,6 +28,7 @@ class Intake:
         if not prompt:
             raise InvalidRequestError("prompt is empty; send at least one character", "prompt")
         self.check_characters(len(prompt), "prompt")
+        check_text(prompt, "prompt")
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
     def check_characters(self, characters: int, param: str) -> None:
@@ -41,6 +42,7 @@ class Intake:
 
     def sequence(self, prompt: str | Seq[int], params: SamplingParams) -> Sequence:
         """A validated request, ready to queue."""
+        params.check_fits(SAMPLING_DTYPE)
         ids = self.encode(prompt) if isinstance(prompt, str) else self._checked_ids(prompt)
         self._check_length(ids, params)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
@@ -66,3 +68,16 @@ class Intake:
                 f"context of {limit} tokens; lower max_tokens to at most {limit - len(ids)}",
                 "max_tokens",
             )
+
+
+def check_text(text: str, param: str) -> None:
+    """Refuses text that is not valid Unicode: a lone surrogate (JSON allows "\\ud800") has no
+    UTF-8 form, so no tokenizer can read it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(
+            f"{param} holds an unpaired surrogate (\\u{ord(text[exc.start]):04x}) at character "
+            f"{exc.start}; send valid Unicode text",
+            param,
+        ) from exc

@@ -14,6 +14,10 @@ import torch
 
 from adaptivespec.errors import InvalidRequestError
 
+# Below this a temperature divides logits into overflow (float32 gives 0 or inf, then NaN),
+# and the distribution is a point mass on the argmax anyway: such requests decode greedily.
+GREEDY_BELOW = 1e-5
+SAMPLING_DTYPE = torch.float32  # temperatures, top_p and probabilities, whatever the model's dtype
 MAX_STOPS = 16  # stop strings are matched on the event loop, per row and step: bounded work
 MAX_STOP_CHARS = 256
 SEED_LIMIT = 2**64  # torch generators take seeds in [0, 2^64)
@@ -50,7 +54,24 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
+
+    def check_fits(self, dtype: torch.dtype) -> None:
+        """Refuses values that `dtype`, the runner's sampling dtype, cannot hold: a temperature
+        past its largest finite value, a top_p that rounds to 0. Checked at intake, so such a
+        request never reaches a step it shares with others."""
+        info = torch.finfo(dtype)
+        if not self.greedy and self.temperature > info.max:
+            raise InvalidRequestError(
+                f"temperature {self.temperature!r} is beyond what {dtype} holds ({info.max:.3g}); "
+                "use a temperature of at most 2, as the OpenAI API does",
+                "temperature",
+            )
+        if self.top_p < 1.0 and torch.tensor(self.top_p, dtype=dtype).item() <= 0.0:
+            raise InvalidRequestError(
+                f"top_p {self.top_p!r} rounds to 0 in {dtype}; use a top_p of at least {info.tiny:.3g}",
+                "top_p",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +99,7 @@ class BatchSampling:
 def probabilities(logits: torch.Tensor, sampling: BatchSampling) -> torch.Tensor:
     """logits [B, T, V] -> probabilities [B, T, V] in float32, after temperature and top_p."""
     temperature = sampling.temperature.to(logits.device).view(-1, 1, 1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    probs = torch.softmax(logits.to(SAMPLING_DTYPE) / temperature, dim=-1)
     if sampling.any_top_p:
         probs = _top_p_filter(probs, sampling.top_p.to(logits.device).view(-1, 1, 1))
     return probs

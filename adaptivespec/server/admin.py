@@ -18,20 +18,26 @@ import asyncio
 import hashlib
 import hmac
 import html
+import logging
+import re
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
 
 from adaptivespec.controller import operator
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
-from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.controller import Controller, DecisionChange
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.publication import PublishedCell, published_cells
 from adaptivespec.errors import ConfigError
 from adaptivespec.server.protocol import ApiError, parse_json
-from adaptivespec.server.state import CONFIG, FLUSH, SERVICES
+from adaptivespec.server.state import CONFIG, SERVICES
+from adaptivespec.store.repository import HistoryRow
 
+log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -46,9 +52,24 @@ _PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
 _LOOPBACK_PEERS = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 
+# A Host header is a name or an IPv4 address, or a bracketed IPv6 address, then an optional
+# port (RFC 9110 7.2): nothing else, so "evil.com@127.0.0.1" is never read as 127.0.0.1.
+_HOST_HEADER = re.compile(r"(?:(?P<name>[A-Za-z0-9.-]+)|\[(?P<v6>[0-9A-Fa-f:.]+)\])(?::[0-9]{1,5})?")
+
+
+def host_name(header: str | None) -> str | None:
+    """The host a Host header names, lower-cased, or None when it is not a well-formed one."""
+    match = _HOST_HEADER.fullmatch(header or "")
+    if match is None:
+        return None
+    return (match.group("name") or match.group("v6")).lower()
+
+
 def _authorise(request: web.Request) -> None:
     config = request.app[CONFIG]
-    host = (request.url.host or "").lower().strip("[]")
+    host = host_name(request.headers.get("Host"))
+    if host is None:
+        raise ApiError(400, "the Host header is not a host name with an optional port", param="Host")
     if host not in config.admin_host_names:
         raise ApiError(
             403,
@@ -65,7 +86,8 @@ def _authorise(request: web.Request) -> None:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     expected = hashlib.sha256(config.admin_token.encode()).digest()
-    given = hashlib.sha256(token.strip().encode()).digest()
+    # Header bytes that are not UTF-8 reach us as lone surrogates: any token, compared as bytes.
+    given = hashlib.sha256(token.strip().encode("utf-8", "surrogatepass")).digest()
     if scheme.lower() != "bearer" or not hmac.compare_digest(expected, given):
         raise ApiError(401, "missing or wrong admin bearer token", kind="authentication_error")
 
@@ -130,23 +152,51 @@ async def thresholds(request: web.Request) -> web.Response:
 
 
 async def decisions(request: web.Request) -> web.Response:
+    """Decision changes, newest first: those the controller holds until its next flush, then
+    the stored ones. A GET only reads: it never flushes, so it works on a read-only store."""
     services = request.app[SERVICES]
     limit = _int_query(request, "limit", 100, 1, 1000)
     offset = _int_query(request, "offset", 0, 0, 10**9)
-    flush = request.app.get(FLUSH)
-    if flush is not None:
-        await flush()
     controller = services.controller
-    rows, total = await asyncio.to_thread(
-        services.store.history, controller.model_key, controller.hardware_key, limit, offset
-    )
+    keys = (controller.model_key, controller.hardware_key)
+    unsaved = [_history_row(keys, change) for change in reversed(controller.history)]
+    page = unsaved[offset : offset + limit]
+    stored_offset = max(0, offset - len(unsaved))
+    try:
+        stored, total = await asyncio.to_thread(
+            services.store.history, *keys, limit - len(page), stored_offset
+        )
+    except SQLAlchemyError as exc:
+        log.exception("reading the decision history failed")
+        raise ApiError(
+            503,
+            f"the store cannot be read ({type(exc).__name__}); check the database, "
+            "then run `adaptivespec db check`",
+            kind="server_error",
+        ) from exc
+    seen = {(r.policy_version, r.ctx_bucket, r.batch_bucket, r.reason) for r in unsaved}
+    fresh = [r for r in stored if (r.policy_version, r.ctx_bucket, r.batch_bucket, r.reason) not in seen]
     return web.json_response(
         {
-            "data": [r.__dict__ if hasattr(r, "__dict__") else _row(r) for r in rows],
-            "total": total,
+            "data": [_row(r) for r in [*page, *fresh][:limit]],
+            "total": total + len(unsaved),
             "limit": limit,
             "offset": offset,
         }
+    )
+
+
+def _history_row(keys: tuple[str, str], change: DecisionChange) -> HistoryRow:
+    at = datetime.fromtimestamp(change.at, tz=timezone.utc).isoformat()
+    return HistoryRow(
+        *keys,
+        change.ctx_bucket,
+        change.batch_bucket,
+        change.old_k,
+        change.new_k,
+        change.reason,
+        change.version,
+        at,
     )
 
 
@@ -154,11 +204,14 @@ def _row(row: object) -> dict[str, Any]:
     return {name: getattr(row, name) for name in row.__slots__}  # type: ignore[attr-defined]
 
 
+_QUERY_INT = re.compile(r"[0-9]{1,10}")  # ASCII digits only: str.isdigit() also takes "²"
+
+
 def _int_query(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     raw = request.query.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not lo <= int(raw) <= hi:
+    if _QUERY_INT.fullmatch(raw) is None or not lo <= int(raw) <= hi:
         raise ApiError(400, f"{name} must be an integer in [{lo}, {hi}]", param=name)
     return int(raw)
 

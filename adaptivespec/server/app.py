@@ -27,7 +27,6 @@ from adaptivespec.server.metrics import Metrics
 from adaptivespec.server.protocol import ApiError, error_body
 from adaptivespec.server.state import (
     CONFIG,
-    FLUSH,
     LIFECYCLE,
     METRICS,
     NOTIFIER,
@@ -123,7 +122,6 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
                 persistence.give_back(controller, unsaved)
                 raise
 
-    app[FLUSH] = flush
     await engine.start()
     tasks = [
         asyncio.create_task(run_controller(controller, engine.telemetry.subscribe()), name="controller"),

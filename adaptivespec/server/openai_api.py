@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adaptivespec.engine.engine import RequestStream
+from adaptivespec.engine.request_stream import RequestStream
 from adaptivespec.engine.sequence import TokenEvent
 from adaptivespec.errors import EngineStoppedError, InvalidRequestError, QueueFullError
 from adaptivespec.server import protocol
@@ -104,7 +104,7 @@ async def _submit(request: web.Request, job: GenerationRequest) -> list[RequestS
             streams.append(engine.submit(prompt, job.params))
     except (InvalidRequestError, QueueFullError, EngineStoppedError) as exc:
         for stream in streams:
-            asyncio.ensure_future(stream.aclose())
+            engine.abort(stream.request_id)
         if isinstance(exc, QueueFullError):
             metrics.rejections.labels("queue_full").inc()
             raise ApiError(429, str(exc), kind="rate_limit_error", code="queue_full") from exc
@@ -153,7 +153,7 @@ async def _serve(request: web.Request, job: GenerationRequest) -> web.StreamResp
         return await _collect(request, job, streams)
     finally:
         for stream in streams:
-            await stream.aclose()  # no-op when finished; aborts the request otherwise
+            stream.abort()  # no-op when finished; ends the request otherwise
 
 
 async def _collect(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -40,4 +39,3 @@ SERVICES = web.AppKey("services", Services)
 METRICS = web.AppKey("metrics", Metrics)
 NOTIFIER = web.AppKey("notifier", Notifier)
 LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
-FLUSH: web.AppKey[Callable[[], Awaitable[None]]] = web.AppKey("flush")
