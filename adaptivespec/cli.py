@@ -1,6 +1,7 @@
-"""Command line: `adaptivespec generate | demo | bench | thresholds | db`.
+"""Command line: `adaptivespec serve | generate | demo | bench | thresholds | fleet | db`.
 
-Errors name the problem and exit with status 2.
+Errors name the problem and exit with status 2. Building the parser imports no torch, no
+database and no bench code: each command imports what it runs, so `--help` is instant.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from adaptivespec.bench import commands as bench_commands
 from adaptivespec.config import (
     ATTENTIONS,
     COMPILE_CHOICES,
@@ -26,12 +28,11 @@ from adaptivespec.config import (
     EngineConfig,
     ModelConfig,
 )
-from adaptivespec.controller.policy import FixedK
-from adaptivespec.engine.engine import Completion, Engine, compute_thread
-from adaptivespec.engine.loader import load_runner
-from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.errors import AdaptiveSpecError
-from adaptivespec.store import commands as store_commands
+from adaptivespec.store import command_args as store_args
+
+if TYPE_CHECKING:
+    from adaptivespec.engine.engine import Completion
 
 _TARGET_HELP = (
     f"model directory, .gguf file, hub id in the local cache, or 'demo' (the trained demo pair); "
@@ -48,19 +49,53 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--dtype", choices=DTYPES, default="auto")
     parser.add_argument("--max-context", type=int, default=1024, help="tokens per sequence, prompt included")
+    parser.add_argument("--threads", type=int, default=0, help=_THREADS_HELP)
+
+
+_THREADS_HELP = "torch threads on a CPU (default 0: the CPUs this process may use)"
+
+
+def _logging_flags(parser: argparse.ArgumentParser, default: object) -> None:
+    """Before or after the subcommand alike; after it, a flag given overrides one given before."""
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="log engine events to stderr (= --log-level info)",
+    )
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default=default, help="stderr log level"
+    )
+
+
+def _version() -> str:
+    try:
+        return metadata.version("adaptivespec")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _common() -> argparse.ArgumentParser:
+    """The flags every subcommand takes too."""
+    common = argparse.ArgumentParser(add_help=False)
+    _logging_flags(common, argparse.SUPPRESS)
+    return common
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptivespec", description=__doc__)
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", help="log engine events to stderr (= --log-level info)"
-    )
-    parser.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), default=None, help="stderr log level"
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    _logging_flags(parser, None)
+    parser.set_defaults(verbose=False)
+    common = _common()
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    gen = commands.add_parser("generate", help="generate completions with batched speculative decoding")
+    serve = commands.add_parser("serve", help="run the daemon (OpenAI API, admin, metrics)", parents=[common])
+    _serve_flags(serve)
+    gen = commands.add_parser(
+        "generate", help="generate completions with batched speculative decoding", parents=[common]
+    )
     source = gen.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="one prompt")
     source.add_argument(
@@ -74,11 +109,15 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="one JSON object per prompt, in input order")
     _model_flags(gen)
 
-    demo = commands.add_parser("demo", help="build (if needed) the embedded demo pair and print its report")
+    demo = commands.add_parser(
+        "demo", help="build (if needed) the embedded demo pair and print its report", parents=[common]
+    )
     demo.add_argument("--json", action="store_true")
-    bench_commands.register(commands)
-    store_commands.register(commands)
-    _serve_flags(commands.add_parser("serve", help="run the daemon (OpenAI API, admin, metrics)"))
+    # The bench commands parse their own arguments, so that only `bench` imports their code.
+    commands.add_parser(
+        "bench", help="measure the engine and the controller (adaptivespec bench --help)", add_help=False
+    )
+    store_args.register(commands, [common])
     return parser
 
 
@@ -115,6 +154,7 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--max-context", type=int)
     serve.add_argument("--drain-timeout", type=float)
     serve.add_argument("--served-model-name")
+    serve.add_argument("--threads", type=int, help=_THREADS_HELP)
 
 
 def _prompts(args: argparse.Namespace) -> list[str]:
@@ -130,6 +170,11 @@ def _prompts(args: argparse.Namespace) -> list[str]:
 
 
 async def _generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
+    from adaptivespec.controller.policy import FixedK
+    from adaptivespec.engine.engine import Engine, compute_thread
+    from adaptivespec.engine.loader import load_runner
+    from adaptivespec.engine.sampling import SamplingParams
+
     prompts = _prompts(args)
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
@@ -145,6 +190,7 @@ async def _generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
         max_batch=min(64, len(prompts)),
         max_queued=len(prompts),
         max_context=args.max_context,
+        threads=args.threads,
         models=models,
     )
     compute = compute_thread()
@@ -218,6 +264,7 @@ def _serve(args: argparse.Namespace) -> int:
             "max_context",
             "drain_timeout",
             "served_model_name",
+            "threads",
         )
     }
     config = settings.load(args.config, os.environ, flags)
@@ -225,7 +272,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = _parser().parse_known_args(argv)
+    if args.command == "bench":
+        # Everything after the word `bench` is the bench command line, flags included.
+        from adaptivespec.bench import commands as bench_commands
+
+        bench_args = bench_commands.parser(_common()).parse_args(argv[argv.index("bench") + 1 :])
+        args = argparse.Namespace(**(vars(args) | vars(bench_args)))
+    elif unknown:
+        _parser().parse_args(argv)  # prints the usage and the unrecognised arguments, then exits
     level = args.log_level or ("info" if args.verbose else "warning")
     logging.basicConfig(level=level.upper(), stream=sys.stderr)
     try:
@@ -235,14 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _demo(args)
         elif args.command == "bench":
             bench_commands.run(args)
-        elif args.command == "thresholds":
-            store_commands.run_thresholds(args)
-        elif args.command == "db":
-            store_commands.run_db(args)
-        elif args.command == "fleet":
-            store_commands.run_fleet(args)
         elif args.command == "serve":
             return _serve(args)
+        else:
+            from adaptivespec.store import commands as store_commands
+
+            store_commands.run(args)
     except (AdaptiveSpecError, ValueError) as exc:
         print(f"adaptivespec: error: {exc}", file=sys.stderr)
         return 2

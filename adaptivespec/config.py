@@ -98,6 +98,9 @@ class EngineConfig:
     # "on": the next decode step starts while the loop streams the last one's tokens, when
     # nothing can change the batch in between (see Engine._decode).
     overlap: str = "on"
+    # torch threads on a CPU; 0 = the CPUs this process may use. Set explicitly, since torch's
+    # own default (every core) stalls on a machine whose other jobs hold some of them.
+    threads: int = 0
     models: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
@@ -115,6 +118,9 @@ class EngineConfig:
             f"prefill_chunk_tokens must be >= 0 (0 = paced), got {self.prefill_chunk_tokens}",
         )
         _require(self.telemetry_queue >= 1, "telemetry_queue must be >= 1")
+        _require(
+            self.threads >= 0, f"threads must be >= 0 (0 = the CPUs this process may use), got {self.threads}"
+        )
         _require(
             self.overlap in OVERLAP_CHOICES, f"overlap must be one of {OVERLAP_CHOICES}, got {self.overlap!r}"
         )

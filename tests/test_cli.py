@@ -53,3 +53,37 @@ def test_unknown_model_says_what_to_do(capsys: pytest.CaptureFixture[str], tmp_p
         == 2
     )
     assert "cannot load" in capsys.readouterr().err
+
+
+def test_the_command_line_starts_without_torch_the_database_or_bench() -> None:
+    """What keeps `--help` instant: building the parser imports none of the heavy parts."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from adaptivespec.cli import _parser; _parser(); "
+        "heavy = [m for m in ('torch', 'sqlalchemy', 'alembic', 'transformers', 'adaptivespec.bench') "
+        "if m in sys.modules]; print(heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_version_and_flags_after_the_subcommand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("adaptivespec ")
+    missing = f"sqlite:///{tmp_path}/none.db"
+    for argv in (
+        ["thresholds", "--db", missing, "--log-level", "debug"],
+        ["--log-level", "debug", "thresholds", "--db", missing],
+        ["thresholds", "-v", "--db", missing],
+    ):
+        assert main(argv) == 2  # parsed, then refused for the missing database
+        assert "no database" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "workload" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "serve" in capsys.readouterr().out

@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from adaptivespec.bench import (
     calibrate,
@@ -31,14 +27,19 @@ from adaptivespec.bench import (
     workload,
 )
 from adaptivespec.bench.arguments import integers
+from adaptivespec.bench.machine import machine
 from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
 from adaptivespec.config import DEMO_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.loader import LoadedModels, load_runner
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    bench = commands.add_parser("bench", help="measure the engine side by side")
+def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`adaptivespec bench`'s own command line: the top-level one hands its arguments over
+    unparsed, so that nothing here is imported unless a bench command runs."""
+    bench = argparse.ArgumentParser(
+        prog="adaptivespec bench", description="measure the engine side by side", parents=[common]
+    )
     kinds = bench.add_subparsers(dest="bench", required=True)
     steps = kinds.add_parser("steps", help="decode-step time against batch size and K")
     steps.add_argument("--batches", type=integers, default=[1, 2, 4, 8, 16, 32, 64])
@@ -62,12 +63,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     workload.register(kinds)
     step_variants.register(kinds)
     step_profile.register(kinds)
-    for parser in (steps, cache, accept):
-        parser.add_argument("--target", default=DEMO_MODEL)
-        parser.add_argument("--draft", default=DEMO_MODEL)
-        parser.add_argument("--device", choices=DEVICES, default="auto")
-        parser.add_argument("--dtype", choices=DTYPES, default="auto")
-        parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    for sub in kinds.choices.values():  # the same threads on every side, recorded in each JSON
+        sub.add_argument("--threads", type=int, default=0, help="torch threads (default 0: the usable CPUs)")
+    for sub in (steps, cache, accept):
+        sub.add_argument("--target", default=DEMO_MODEL)
+        sub.add_argument("--draft", default=DEMO_MODEL)
+        sub.add_argument("--device", choices=DEVICES, default="auto")
+        sub.add_argument("--dtype", choices=DTYPES, default="auto")
+        sub.add_argument("--json", type=Path, default=None, help="also write the results here")
+    return bench
 
 
 def run(args: argparse.Namespace) -> None:
@@ -86,14 +90,14 @@ def run(args: argparse.Namespace) -> None:
         commands[args.bench](args)
         return
     handlers = {"steps": _steps, "cache": _cache, "acceptance": _acceptance}
-    result = {"machine": _machine(), **handlers[args.bench](args)}
+    result = {"machine": machine(), **handlers[args.bench](args)}
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2))
 
 
 def _load(args: argparse.Namespace, max_batch: int, max_context: int) -> LoadedModels:
     models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
-    config = EngineConfig(max_batch=max_batch, max_context=max_context, models=models)
+    config = EngineConfig(max_batch=max_batch, max_context=max_context, threads=args.threads, models=models)
     return load_runner(config)
 
 
@@ -138,14 +142,3 @@ def _acceptance(args: argparse.Namespace) -> dict[str, Any]:
     rate = acceptance_at_k1(loaded.runner, prompts, args.steps)
     print(f"greedy acceptance at K=1 over {args.prompts} held-out prompts x {args.steps} steps: {rate:.3f}")
     return {"model_key": loaded.runner.model_key, "acceptance_k1": rate}
-
-
-def _machine() -> dict[str, Any]:
-    from adaptivespec.engine.hardware import hardware_key, resolve_device
-
-    return {
-        "hardware_key": hardware_key(resolve_device("auto")),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "argv": sys.argv[1:],
-    }

@@ -9,13 +9,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from adaptivespec.bench import hf_control, learners
 from adaptivespec.bench import learning_metrics as metrics
 from adaptivespec.bench.hf_loop import HFLoop
 from adaptivespec.bench.interleaved import measure
+from adaptivespec.bench.machine import machine
 from adaptivespec.bench.oracle import (
     ORACLE_ARMS,
     Learner,
@@ -30,7 +30,6 @@ from adaptivespec.config import DEFAULT_MODEL, EngineConfig, ModelConfig
 from adaptivespec.controller.buckets import BATCH_BUCKETS
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.demo_models import held_out_documents
-from adaptivespec.engine.hardware import native_cpu_bf16
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
@@ -125,6 +124,7 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
         max_batch=args.max_batch,
         max_queued=args.max_batch,
         max_context=64 + args.new_tokens + 16,
+        threads=args.threads,
         models=models,
     )
     loaded = load_runner(engine)
@@ -136,8 +136,7 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
         "backend": "hf",
         "model_key": loaded.runner.model_key,
         "hardware_key": loaded.runner.hardware_key,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": native_cpu_bf16(),
+        **machine(loaded.runner.hardware_key),
         "prompt_tokens": 64,
         "new_tokens": args.new_tokens,
         "steps_per_bucket": steps - steps % repeats,

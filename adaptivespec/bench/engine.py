@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
+from adaptivespec.bench.machine import machine
 from adaptivespec.bench.steps import compare_with_dynamic_cache, prompt_windows
 from adaptivespec.config import DEMO_MODEL, LINEAR_CHOICES, OVERLAP_CHOICES, EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import Engine, compute_thread
-from adaptivespec.engine.hardware import hardware_key
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.packed_linear import packed_layers, torch_linears
@@ -110,7 +110,9 @@ def run(args: argparse.Namespace) -> None:
     models = ModelConfig(
         target=args.target, draft=args.draft, device="cpu", dtype="float32", linear=args.linear
     )
-    config = EngineConfig(max_batch=64, max_context=1100, overlap=args.overlap, models=models)
+    config = EngineConfig(
+        max_batch=64, max_context=1100, overlap=args.overlap, threads=args.threads, models=models
+    )
     compute = compute_thread()
     try:
         loaded = compute.submit(load_runner, config).result()
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"[{case.ratio_min:.2f}, {case.ratio_max:.2f}] over {case.rounds}", end="  ")
         print(f"same {case.same_output}  overhead {case.overhead_frac:.3f}  K={case.k}")
     report = {
-        "machine": {"hardware_key": hardware_key(torch.device("cpu")), "torch": torch.__version__},
+        "machine": machine(loaded.runner.hardware_key),
         "overlap": args.overlap,
         "linear": args.linear,
         "cases": [asdict(c) for c in cases],

@@ -53,7 +53,11 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as state:
         models = ModelConfig(target=args.target, draft=args.draft, device=args.device)
         engine_config = EngineConfig(
-            max_batch=args.clients, max_queued=args.clients, max_context=1024, models=models
+            max_batch=args.clients,
+            max_queued=args.clients,
+            max_context=1024,
+            threads=args.threads,
+            models=models,
         )
         config = ServeConfig(
             backend=args.backend, port=0, db=f"sqlite:///{state}/bench.db", engine=engine_config

@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> None:
         target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, linear=args.linear
     )
     horizon = args.context + (args.steps + WARM_UP_STEPS + 1) * (args.k + 1) + 1
-    loaded = load_runner(EngineConfig(max_batch=args.batch, max_context=horizon, models=models))
+    loaded = load_runner(
+        EngineConfig(max_batch=args.batch, max_context=horizon, threads=args.threads, models=models)
+    )
     runner = loaded.runner
     prefill_rows(runner, prompt_windows(loaded.tokenizer, held_out_documents(), args.batch, args.context))
     for _ in range(WARM_UP_STEPS):

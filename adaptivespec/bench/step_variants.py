@@ -154,7 +154,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> None:
     horizon = args.context + (args.steps + 2) * (max(args.ks) + 1) + 1
     models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
-    loaded = load_runner(EngineConfig(max_batch=max(args.batches), max_context=horizon, models=models))
+    loaded = load_runner(
+        EngineConfig(max_batch=max(args.batches), max_context=horizon, threads=args.threads, models=models)
+    )
     runner = loaded.runner
     if not isinstance(runner, HFRunner):
         raise SystemExit("bench variants needs the hf runner")

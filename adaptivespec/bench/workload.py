@@ -23,6 +23,7 @@ from typing import Any
 
 from adaptivespec.bench import prefill_stall, static_batching
 from adaptivespec.bench.arguments import numbers
+from adaptivespec.bench.machine import machine
 from adaptivespec.bench.openvino_peer import OpenVINO
 from adaptivespec.bench.traffic import (
     Lengths,
@@ -134,18 +135,32 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     context = max(plan.shape.longest, long_tokens + prefill_stall.STREAM_PROMPT) + 8
     rows = max(args.max_batch, args.streams + 1)
     models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
-    config = EngineConfig(max_batch=rows, max_queued=max(256, plan.count), max_context=context, models=models)
+    config = EngineConfig(
+        max_batch=rows,
+        max_queued=max(256, plan.count),
+        max_context=context,
+        threads=args.threads,
+        models=models,
+    )
     loaded = await asyncio.get_running_loop().run_in_executor(compute, load_runner, config)
     corpus = loaded.tokenizer.encode("\n".join(held_out_documents()), add_special_tokens=False)
     serving = EngineConfig(
-        max_batch=args.max_batch, max_queued=config.max_queued, max_context=context, models=models
+        max_batch=args.max_batch,
+        max_queued=config.max_queued,
+        max_context=context,
+        threads=args.threads,
+        models=models,
     )
     adaptive = _controller(loaded)
     openvino = None
     if any(e.startswith("openvino") for e in plan.engines):
         openvino = OpenVINO.prepare(args.openvino_python, loaded.target.path, args.max_batch)
     harness = Harness(loaded, compute, serving, adaptive, args.k, openvino)
-    report: dict[str, Any] = {"model": loaded.runner.model_key, "machine": _machine(loaded), "rates": []}
+    report: dict[str, Any] = {
+        "model": loaded.runner.model_key,
+        "machine": machine(loaded.runner.hardware_key),
+        "rates": [],
+    }
     report["traffic"] = {
         "prompt_tokens": [plan.shape.prompt.low, plan.shape.prompt.high],
         "output_tokens": [plan.shape.output.low, plan.shape.output.high],
@@ -314,18 +329,3 @@ def _controller(loaded: LoadedModels) -> AdaptivePolicy:
     return AdaptivePolicy(
         Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=settings))
     )
-
-
-def _machine(loaded: LoadedModels) -> dict[str, Any]:
-    import platform
-
-    import torch
-    import transformers
-
-    return {
-        "hardware_key": loaded.runner.hardware_key,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import platform
 from pathlib import Path
 
@@ -41,6 +42,27 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
             torch.backends.cpu.get_cpu_capability(),
         )
     return dtype
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as a container or taskset limits it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity call on this platform
+        return os.cpu_count() or 1
+
+
+def set_threads(threads: int) -> int:
+    """Sets torch's intra-op threads (0 = `usable_cpus()`), logs and returns the number."""
+    count = threads or usable_cpus()
+    torch.set_num_threads(count)
+    log.info(
+        "torch threads: %d (of %d usable CPUs; capability %s)",
+        count,
+        usable_cpus(),
+        torch.backends.cpu.get_cpu_capability(),
+    )
+    return count
 
 
 def hardware_key(device: torch.device) -> str:

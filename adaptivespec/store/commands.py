@@ -11,43 +11,14 @@ from pathlib import Path
 from adaptivespec.controller import exports
 from adaptivespec.controller.buckets import CONTEXT_BUCKETS, Bucket
 from adaptivespec.controller.exports import ExportError, KTable
-from adaptivespec.store.db import current_revision, default_url, make_engine, upgrade
+from adaptivespec.store.db import current_revision, make_engine, upgrade
 from adaptivespec.store.fleet import FleetRepository
 from adaptivespec.store.repository import Store, ThresholdRow
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    thresholds = commands.add_parser(
-        "thresholds", help="what the controller learned, per model, hardware and context"
-    )
-    thresholds.add_argument("--db", default=None, help=f"SQLAlchemy URL (default {default_url()})")
-    thresholds.add_argument("--json", action="store_true", help="a JSON list of objects")
-    thresholds.add_argument(
-        "--export", choices=exports.FORMATS, help="print the table in that engine's own config format"
-    )
-    thresholds.add_argument(
-        "--from",
-        dest="source",
-        type=Path,
-        help="export the adaptive policy's table of a `bench control` JSON",
-    )
-    thresholds.add_argument(
-        "--ctx-bucket", help="the context bucket to export, e.g. 1-512 (default: the shortest)"
-    )
-    thresholds.add_argument(
-        "--with-context", action="store_true", help="vllm: the five-item form over every context bucket"
-    )
-    thresholds.add_argument("--model-key", help="export this model's table (when the database holds several)")
-    thresholds.add_argument(
-        "--hardware-key", help="export this hardware's table (when the database holds several)"
-    )
-    fleet = commands.add_parser("fleet", help="the hosts pooling in a database")
-    fleet.add_argument("action", choices=("status",))
-    fleet.add_argument("--db", default=None, help=f"SQLAlchemy URL (default {default_url()})")
-    fleet.add_argument("--json", action="store_true")
-    db = commands.add_parser("db", help="database schema management")
-    db.add_argument("action", choices=("upgrade", "current"))
-    db.add_argument("--db", default=None, help=f"SQLAlchemy URL (default {default_url()})")
+def run(args: argparse.Namespace) -> None:
+    """The command `command_args.register` declared: thresholds, fleet or db."""
+    {"thresholds": run_thresholds, "fleet": run_fleet, "db": run_db}[args.command](args)
 
 
 def run_thresholds(args: argparse.Namespace) -> None:
