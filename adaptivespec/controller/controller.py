@@ -154,10 +154,11 @@ class Controller:
 
     # ---- what operators see ------------------------------------------------------------
     def decisions(self) -> list[CellDecision]:
-        """The visited cells' decisions, with how sure each is."""
+        """The informed cells' decisions (measured here, restored from the store, or from the
+        fleet), with how sure each is."""
         out = []
         for (ctx, batch), cell in sorted(self.cells.items()):
-            if not (cell.samples and cell.candidates) and not cell.fleet:
+            if not cell.informed:
                 continue
             predicted = cell.predictions(self.acceptance_of(ctx))
             pooled = sum(s.count for s in cell.fleet.values())

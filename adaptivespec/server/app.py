@@ -98,12 +98,19 @@ def _load(config: ServeConfig) -> Loaded:
 
 
 async def runtime(app: web.Application) -> AsyncIterator[None]:
-    """Models, store (migrations run here), controller and engine, in that order; torn down in reverse."""
+    """Store (checked and migrated here), models, controller and engine, in that order; torn down in
+    reverse."""
     config = app[CONFIG]
-    compute = compute_thread()  # the models load on the thread that will run them
-    loaded = await asyncio.get_running_loop().run_in_executor(compute, _load, config)
-    runner, tokenizer = loaded.runner, loaded.tokenizer
+    # The store first: a damaged or foreign database is refused before minutes of model loading.
     store = Store(config.db)
+    compute = compute_thread()  # the models load on the thread that will run them
+    try:
+        loaded = await asyncio.get_running_loop().run_in_executor(compute, _load, config)
+    except BaseException:
+        store.close()
+        compute.shutdown(wait=False)
+        raise
+    runner, tokenizer = loaded.runner, loaded.tokenizer
     controller, fleet = await _learner(config, runner, store)
     engine = Engine(runner, tokenizer, controller.live, config.engine, compute=compute)
     name = config.served_model_name or loaded.name

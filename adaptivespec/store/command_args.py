@@ -43,5 +43,9 @@ def register(
     fleet.add_argument("--db", default=None, help=_DB_HELP)
     fleet.add_argument("--json", action="store_true")
     db = commands.add_parser("db", help="database schema management", parents=parents)
-    db.add_argument("action", choices=("upgrade", "current"))
+    db.add_argument(
+        "action",
+        choices=("upgrade", "current", "check"),
+        help="check: SQLite's full integrity check, read-only (the daemon runs a quick one at start)",
+    )
     db.add_argument("--db", default=None, help=_DB_HELP)

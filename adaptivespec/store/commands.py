@@ -11,8 +11,9 @@ from pathlib import Path
 from adaptivespec.controller import exports
 from adaptivespec.controller.buckets import CONTEXT_BUCKETS, Bucket
 from adaptivespec.controller.exports import ExportError, KTable
-from adaptivespec.store.db import current_revision, make_engine, upgrade
+from adaptivespec.store.db import StoreError, current_revision, make_engine, sqlite_path, upgrade
 from adaptivespec.store.fleet import FleetRepository
+from adaptivespec.store.integrity import damaged, sqlite_problems
 from adaptivespec.store.repository import Store, ThresholdRow
 
 
@@ -49,6 +50,9 @@ def run_thresholds(args: argparse.Namespace) -> None:
 
 
 def run_db(args: argparse.Namespace) -> None:
+    if args.action == "check":
+        _check(args.db)
+        return
     engine = make_engine(args.db)
     try:
         if args.action == "upgrade":
@@ -57,6 +61,22 @@ def run_db(args: argparse.Namespace) -> None:
             print(f"schema at revision {current_revision(engine)}")
     finally:
         engine.dispose()
+
+
+def _check(url: str | None) -> None:
+    """`db check`: SQLite's full integrity_check, read-only; every problem is printed."""
+    path = sqlite_path(url)
+    if path is None:
+        print("nothing to check here: PostgreSQL checks its own pages (see its amcheck extension)")
+        return
+    if not path.is_file():
+        raise StoreError(f"no database at {path}; point --db at the daemon's database")
+    problems = sqlite_problems(path, full=True)
+    if problems:
+        for problem in problems:
+            print(problem)
+        raise damaged(path, problems, f"sqlite:///{path}")
+    print(f"ok: {path} passed SQLite's integrity_check")
 
 
 def run_fleet(args: argparse.Namespace) -> None:

@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 
 from adaptivespec.errors import AdaptiveSpecError
+from adaptivespec.store.integrity import check_sqlite
 
 CONNECT_TIMEOUT_SECONDS = 5
 STATEMENT_TIMEOUT_MS = 15_000
@@ -68,6 +69,7 @@ def make_engine(url: str | None = None, create: bool = True) -> Engine:
     if path is not None:
         if not create and not path.is_file():
             raise StoreError(f"no database at {path}; point --db at the daemon's database")
+        check_sqlite(path, parsed.render_as_string())  # before any connection writes to it
         path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(parsed)
     if parsed.get_backend_name() == "sqlite":
@@ -80,6 +82,11 @@ def _with_driver(url: URL) -> URL:
     if url.drivername in ("postgresql", "postgres"):
         return url.set(drivername="postgresql+psycopg")
     return url
+
+
+def sqlite_path(url: str | None) -> Path | None:
+    """The file behind a SQLite URL (None for another database, or one in memory)."""
+    return _sqlite_path(_with_driver(make_url(url or default_url())))
 
 
 def _sqlite_path(url: URL) -> Path | None:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import Engine, delete, func, select
+from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session
 
 from adaptivespec.controller.acceptance import AcceptanceRates
@@ -14,7 +15,7 @@ from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, cros
 from adaptivespec.controller.controller import DecisionChange
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
-from adaptivespec.store.db import make_engine, require_current, upgrade
+from adaptivespec.store.db import StoreError, make_engine, require_current, upgrade
 from adaptivespec.store.models import (
     AcceptanceStat,
     ArmStat,
@@ -60,10 +61,18 @@ class Store:
         # The override set last read or written per (model, hardware): a flush rewrites it only
         # when this process changed it, so hosts of a fleet do not erase each other's overrides.
         self._overrides: dict[tuple[str, str], tuple[Override, ...]] = {}
-        if migrate:
-            upgrade(self.engine)
-        else:
-            require_current(self.engine)
+        try:
+            if migrate:
+                upgrade(self.engine)
+            else:
+                require_current(self.engine)
+        except DatabaseError as exc:  # damage quick_check cannot see, or a file that is not SQLite
+            self.engine.dispose()
+            raise StoreError(
+                f"the database at {self.engine.url.render_as_string()} cannot be read: {exc.orig}. "
+                f"Run `adaptivespec db check --db {self.engine.url.render_as_string()}`, then restore "
+                "it from a backup or move it aside so that the daemon starts on a new one"
+            ) from exc
 
     def close(self) -> None:
         self.engine.dispose()

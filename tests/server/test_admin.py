@@ -201,3 +201,19 @@ async def test_history_is_read_off_the_event_loop(sim_client: TestClient[Any, An
     response = await sim_client.get("/admin/decisions", headers=AUTH)
     assert response.status == 200
     assert threads and threading.main_thread() not in threads
+
+
+async def test_restored_cells_show_their_restored_statistics(aiohttp_client: Any, tmp_path: Path) -> None:
+    """After a restart, the admin view shows what the store gave back, not zeros."""
+    config = sim_config(tmp_path, admin_token=TOKEN)
+    first = await aiohttp_client(create_app(config))
+    for _ in range(3):
+        assert (await _completion(first, max_tokens=60))[0] == 200
+    learned = (await (await first.get("/admin/thresholds", headers=AUTH)).json())["data"]
+    await first.close()  # the shutdown flushes
+    second = await aiohttp_client(create_app(config))
+    restored = (await (await second.get("/admin/thresholds", headers=AUTH)).json())["data"]
+    assert [r["samples"] for r in restored] == [r["samples"] for r in learned]
+    measured = [r for r in restored if r["samples"]]
+    assert measured and all(r["confidence"] is not None for r in measured)
+    assert [r["threshold"] for r in restored] == [r["threshold"] for r in learned]
