@@ -8,11 +8,10 @@ ADAPTIVESPEC_TARGET for engine.models.target). Unknown keys are errors that list
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from adaptivespec.config import EngineConfig, ModelConfig, ServeConfig
 from adaptivespec.errors import ConfigError

@@ -21,7 +21,7 @@ import html
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -187,7 +187,7 @@ async def decisions(request: web.Request) -> web.Response:
 
 
 def _history_row(keys: tuple[str, str], change: DecisionChange) -> HistoryRow:
-    at = datetime.fromtimestamp(change.at, tz=timezone.utc).isoformat()
+    at = datetime.fromtimestamp(change.at, tz=UTC).isoformat()
     return HistoryRow(
         *keys,
         change.ctx_bucket,

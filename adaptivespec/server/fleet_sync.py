@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from adaptivespec.controller.controller import Controller
@@ -80,7 +80,7 @@ class FleetSync:
         self.key = FleetKey(host_id, controller.model_key, controller.hardware_key)
         self.cadence = cadence
         self.status = FleetStatus()
-        self.started_at = datetime.now(timezone.utc)
+        self.started_at = datetime.now(UTC)
 
     async def start(self) -> None:
         """Reads what this host id flushed before, says it is live, then folds in the fleet's

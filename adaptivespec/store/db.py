@@ -119,14 +119,18 @@ def _switch_to_wal(cursor: Any) -> None:
 
 
 def migrations_dir() -> Path:
+    """Alembic's folder: ADAPTIVESPEC_MIGRATIONS, else the one an installed wheel carries
+    (adaptivespec/migrations), else the source tree's top-level migrations/."""
     explicit = os.environ.get("ADAPTIVESPEC_MIGRATIONS")
-    candidate = Path(explicit) if explicit else Path(__file__).resolve().parents[2] / "migrations"
-    if not (candidate / "env.py").is_file():
-        raise StoreError(
-            f"Alembic migrations not found at {candidate}; install adaptivespec from its source tree "
-            "(pip install -e .) or point ADAPTIVESPEC_MIGRATIONS at its migrations/ folder"
-        )
-    return candidate
+    package = Path(__file__).resolve().parents[1]
+    candidates = [Path(explicit)] if explicit else [package / "migrations", package.parent / "migrations"]
+    for candidate in candidates:
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise StoreError(
+        f"Alembic migrations not found at {' or '.join(map(str, candidates))}; reinstall adaptivespec "
+        "(its wheel carries them), or point ADAPTIVESPEC_MIGRATIONS at its migrations/ folder"
+    )
 
 
 def _alembic_config(engine: Engine) -> Config:

@@ -12,7 +12,7 @@ never summed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, func, select, tuple_
@@ -141,7 +141,7 @@ class FleetRepository:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _ids(key: FleetKey, host: bool = True) -> dict[str, object]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import DatabaseError
@@ -139,7 +139,7 @@ class Store:
     def save(self, state: ControllerState, history: Sequence[DecisionChange] = ()) -> None:
         """Writes the given cells (usually the dirty ones), acceptance, overrides and history, atomically."""
         keys = (state.model_key, state.hardware_key)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with Session(self.engine) as session, session.begin():
             key = {"model_key": keys[0], "hardware_key": keys[1]}
             upsert(
@@ -195,7 +195,7 @@ class Store:
                     new_k=h.new_k,
                     reason=h.reason,
                     policy_version=h.version,
-                    created_at=datetime.fromtimestamp(h.at, timezone.utc),
+                    created_at=datetime.fromtimestamp(h.at, UTC),
                 )
                 for h in history
             )

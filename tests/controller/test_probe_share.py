@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -85,7 +85,7 @@ def _sync(controller: Controller, key: FleetKey, repository: FleetRepository) ->
 def _flush(controller: Controller, key: FleetKey, repository: FleetRepository) -> None:
     tally = controller.tally
     assert tally is not None
-    repository.flush(key, tally.take_changes(), tally.all_steps, datetime.now(timezone.utc))
+    repository.flush(key, tally.take_changes(), tally.all_steps, datetime.now(UTC))
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -52,7 +52,7 @@ def _host(repository: FleetRepository, host_id: str, hardware: str = HARDWARE) -
 def _flush(repository: FleetRepository, controller: Controller, key: FleetKey) -> int:
     tally = controller.tally
     assert tally is not None
-    return repository.flush(key, tally.take_changes(), tally.all_steps, datetime.now(timezone.utc))
+    return repository.flush(key, tally.take_changes(), tally.all_steps, datetime.now(UTC))
 
 
 def _run(controller: Controller, phases: tuple[Phase, ...], seed: int = 0) -> None:
@@ -178,7 +178,7 @@ def test_a_retried_flush_counts_nothing_twice(repository: FleetRepository) -> No
     tally = controller.tally
     assert tally is not None
     changes = tally.take_changes()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     repository.flush(key, changes, tally.all_steps, now)
     # The client timed out after the commit: the rows go back and the retry writes them again.
     tally.give_back(changes)
@@ -229,8 +229,8 @@ def test_a_new_host_starts_from_what_the_fleet_learned_and_other_hardware_does_n
 def test_the_view_ranks_each_host_among_the_hosts_that_flushed_lately(repository: FleetRepository) -> None:
     keys = {h: FleetKey(h, MODEL, HARDWARE) for h in ("gpu-b", "gpu-a", "gpu-c")}
     for key in keys.values():
-        repository.flush(key, FleetTotals(), 0, datetime.now(timezone.utc))
-    repository.flush(FleetKey("l4-host", MODEL, "sim:l4"), FleetTotals(), 0, datetime.now(timezone.utc))
+        repository.flush(key, FleetTotals(), 0, datetime.now(UTC))
+    repository.flush(FleetKey("l4-host", MODEL, "sim:l4"), FleetTotals(), 0, datetime.now(UTC))
     shares = {h: repository.pooled(key).share for h, key in keys.items()}
     assert shares == {
         "gpu-a": ProbeShare(0, 3),
@@ -239,7 +239,7 @@ def test_the_view_ranks_each_host_among_the_hosts_that_flushed_lately(repository
     }  # the same order on every host, and other hardware is not counted
     time.sleep(1.5)
     for host in ("gpu-a", "gpu-c"):  # gpu-b went quiet
-        repository.flush(keys[host], FleetTotals(), 0, datetime.now(timezone.utc))
+        repository.flush(keys[host], FleetTotals(), 0, datetime.now(UTC))
     assert repository.pooled(keys["gpu-a"], live_seconds=1.0).share == ProbeShare(0, 2)
     assert repository.pooled(keys["gpu-c"], live_seconds=1.0).share == ProbeShare(1, 2)
 
