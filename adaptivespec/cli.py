@@ -32,7 +32,7 @@ from adaptivespec.errors import AdaptiveSpecError
 from adaptivespec.store import command_args as store_args
 
 if TYPE_CHECKING:
-    from adaptivespec.engine.engine import Completion
+    from adaptivespec.engine.records import Completion
 
 _TARGET_HELP = (
     f"model directory, .gguf file, hub id in the local cache, or 'demo' (the trained demo pair); "

@@ -101,6 +101,9 @@ class EngineConfig:
     # torch threads on a CPU; 0 = the CPUs this process may use. Set explicitly, since torch's
     # own default (every core) stalls on a machine whose other jobs hold some of them.
     threads: int = 0
+    # With work pending, no step completing for this long is a stall: /health turns 503 and
+    # the systemd watchdog stops, so the service is restarted instead of hanging forever.
+    stall_seconds: float = 300.0
     models: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
@@ -118,6 +121,7 @@ class EngineConfig:
             f"prefill_chunk_tokens must be >= 0 (0 = paced), got {self.prefill_chunk_tokens}",
         )
         _require(self.telemetry_queue >= 1, "telemetry_queue must be >= 1")
+        _require(self.stall_seconds > 0, f"stall_seconds must be > 0, got {self.stall_seconds}")
         _require(
             self.threads >= 0, f"threads must be >= 0 (0 = the CPUs this process may use), got {self.threads}"
         )

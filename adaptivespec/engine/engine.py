@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from concurrent.futures import ThreadPoolExecutor
@@ -22,11 +23,12 @@ from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.intake import Intake
 from adaptivespec.engine.prefill_pacer import PrefillPacer
+from adaptivespec.engine.records import Completion, EngineTotals
 from adaptivespec.engine.request_stream import RequestStream
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput, Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import PromptChunk, RowMoves, Scheduler
-from adaptivespec.engine.sequence import Sequence, SequenceStats
+from adaptivespec.engine.sequence import Sequence
 from adaptivespec.engine.telemetry import TelemetryBus, decode_record
 from adaptivespec.engine.tokenizer import Tokenizer
 from adaptivespec.errors import EngineStoppedError
@@ -36,31 +38,12 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class Completion:
-    prompt_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str
-    stats: SequenceStats
-
-
-@dataclass(frozen=True, slots=True)
 class DecodeInFlight:
     """A submitted decode step, with the batch as it was when the step was submitted."""
 
     batch: list[Sequence]
     context: float  # mean tokens per row before the step
     result: asyncio.Future[DecodeOutput]
-
-
-@dataclass(slots=True)
-class EngineTotals:
-    """Running totals for metrics, counted where they happen (telemetry may drop records)."""
-
-    prompt_tokens: int = 0  # of admitted requests, when they are admitted
-    generation_tokens: int = 0  # tokens requests kept: none past a stop condition
-    overlapped_steps: int = 0  # decode steps submitted while the previous one's tokens streamed
-    steps_with_prompts: int = 0  # decode steps that carried prompt chunks (not in telemetry)
 
 
 def compute_thread() -> ThreadPoolExecutor:
@@ -95,6 +78,7 @@ class Engine:
         self.totals = EngineTotals()
         self.failure: str | None = None  # why the step loop died; the service must be restarted
         self._live: dict[str, Sequence] = {}  # requests whose stream has not ended, by request id
+        self._progress_at = time.monotonic()  # the last step's end, or when work last arrived
         self._next_id = 0
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -123,9 +107,16 @@ class Engine:
         return self._task is not None and not self._task.done()
 
     @property
+    def stalled_for(self) -> float:
+        """Seconds that pending work has waited for a step to complete (0 with no work)."""
+        return time.monotonic() - self._progress_at if self.scheduler.has_work else 0.0
+
+    @property
     def healthy(self) -> bool:
-        """Started and its loop alive: what /health and the systemd watchdog report."""
-        return self.running and self.failure is None
+        """Started, its loop alive, and not stalled (a step that never returns, with work
+        waiting): what /health and the systemd watchdog report."""
+        stalled = self.stalled_for > self.config.stall_seconds
+        return self.running and self.failure is None and not stalled
 
     # ---- requests --------------------------------------------------------------------
     def submit(self, prompt: str | Seq[int], params: SamplingParams) -> RequestStream:
@@ -175,6 +166,8 @@ class Engine:
         if not self.running:
             raise EngineStoppedError(self.failure or "the engine is not running; call start() first")
         sequence = self.intake.sequence(prompt, params)
+        if not self.scheduler.has_work:
+            self._progress_at = time.monotonic()  # the wait for a step starts now, not when it idled
         self.scheduler.add(sequence)
         self._wakeup.set()
         return sequence
@@ -196,6 +189,7 @@ class Engine:
                     await self._wakeup.wait()
                     continue
                 await self.step()
+                self._progress_at = time.monotonic()
         except Exception as exc:
             log.exception("the engine loop failed; failing every request")
             self.failure = (

@@ -235,7 +235,7 @@ async def health(request: web.Request) -> web.Response:
         return web.json_response({"status": "starting"}, status=503)
     engine = request.app[SERVICES].engine
     if not engine.healthy:
-        error = engine.failure or "the engine loop is not running"
+        error = engine.failure or _stall(engine) or "the engine loop is not running"
         return web.json_response({"status": "failed", "error": error}, status=503)
     fleet = request.app[SERVICES].fleet
     if fleet is None:
@@ -248,3 +248,13 @@ async def metrics(request: web.Request) -> web.Response:
     fleet = services.fleet.status if services.fleet is not None else None
     body = request.app[METRICS].render(services.engine, services.controller, fleet)
     return web.Response(body=body, content_type="text/plain", charset="utf-8", headers={"X-Format": "0.0.4"})
+
+
+def _stall(engine: Engine) -> str | None:
+    waited = engine.stalled_for
+    if waited <= engine.config.stall_seconds:
+        return None
+    return (
+        f"no engine step has completed for {waited:.0f} s with work pending "
+        f"(stall_seconds {engine.config.stall_seconds:g}); restart the service"
+    )

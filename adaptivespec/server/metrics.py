@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.publication import published_cells
-from adaptivespec.engine.engine import Engine, EngineTotals
+from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.records import EngineTotals
 from adaptivespec.engine.telemetry import StepTelemetry, Subscription
 from adaptivespec.server.fleet_sync import FleetStatus
 

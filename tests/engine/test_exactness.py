@@ -9,8 +9,9 @@ import torch
 
 from adaptivespec.config import EngineConfig
 from adaptivespec.controller.policy import FixedK, StaticTable
-from adaptivespec.engine.engine import Completion, Engine
+from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.records import Completion
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import SamplingParams
 

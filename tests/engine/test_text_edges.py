@@ -14,8 +14,9 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTraine
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.detokenizer import Detokenizer
-from adaptivespec.engine.engine import Completion, Engine
+from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.records import Completion
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.sequence import Sequence
 from adaptivespec.engine.telemetry import StepTelemetry
