@@ -50,9 +50,14 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default="auto")
     parser.add_argument("--max-context", type=int, default=1024, help="tokens per sequence, prompt included")
     parser.add_argument("--threads", type=int, default=0, help=_THREADS_HELP)
+    parser.add_argument("--kv-cache-memory", default="auto", help=_KV_HELP)
 
 
 _THREADS_HELP = "torch threads on a CPU (default 0: the CPUs this process may use)"
+_KV_HELP = (
+    "memory for the KV cache, e.g. 4GiB (default auto: a quarter of a CPU machine's memory, "
+    "half a GPU's free memory); max_batch is lowered to fit"
+)
 
 
 def _logging_flags(parser: argparse.ArgumentParser, default: object) -> None:
@@ -155,6 +160,7 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--drain-timeout", type=float)
     serve.add_argument("--served-model-name")
     serve.add_argument("--threads", type=int, help=_THREADS_HELP)
+    serve.add_argument("--kv-cache-memory", help=_KV_HELP)
 
 
 def _prompts(args: argparse.Namespace) -> list[str]:
@@ -191,6 +197,7 @@ async def _generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
         max_queued=len(prompts),
         max_context=args.max_context,
         threads=args.threads,
+        kv_cache_memory=args.kv_cache_memory,
         models=models,
     )
     compute = compute_thread()
@@ -265,6 +272,7 @@ def _serve(args: argparse.Namespace) -> int:
             "drain_timeout",
             "served_model_name",
             "threads",
+            "kv_cache_memory",
         )
     }
     config = settings.load(args.config, os.environ, flags)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -25,6 +26,26 @@ ATTENTIONS: tuple[str, ...] = get_args(AttentionKind)
 COMPILE_CHOICES: tuple[str, ...] = get_args(CompileKind)
 LINEAR_CHOICES: tuple[str, ...] = get_args(LinearKind)
 OVERLAP_CHOICES: tuple[str, ...] = get_args(OverlapKind)
+
+
+_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*")
+
+
+def parse_size(text: str) -> int:
+    """'auto' -> 0 (decided at load); '4GiB', '512MiB', '1.5GB' or plain bytes -> bytes."""
+    if text.strip().lower() == "auto":
+        return 0
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ConfigError(
+            f"kv_cache_memory must be 'auto' or a size such as 4GiB, 512MiB or 2000000000, got {text!r}"
+        )
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size <= 0:
+        raise ConfigError(f"kv_cache_memory must be more than 0 bytes, got {text!r}")
+    return size
 
 
 def _require(condition: bool, message: str) -> None:
@@ -104,6 +125,9 @@ class EngineConfig:
     # With work pending, no step completing for this long is a stall: /health turns 503 and
     # the systemd watchdog stops, so the service is restarted instead of hanging forever.
     stall_seconds: float = 300.0
+    # Memory for the preallocated KV cache: "auto" (a quarter of a CPU machine's memory, half a
+    # GPU's free memory) or a size such as "4GiB". max_batch is lowered to fit, and said so.
+    kv_cache_memory: str = "auto"
     models: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
@@ -121,6 +145,7 @@ class EngineConfig:
             f"prefill_chunk_tokens must be >= 0 (0 = paced), got {self.prefill_chunk_tokens}",
         )
         _require(self.telemetry_queue >= 1, "telemetry_queue must be >= 1")
+        parse_size(self.kv_cache_memory)  # raises ConfigError with the accepted forms
         _require(self.stall_seconds > 0, f"stall_seconds must be > 0, got {self.stall_seconds}")
         _require(
             self.threads >= 0, f"threads must be >= 0 (0 = the CPUs this process may use), got {self.threads}"

@@ -66,7 +66,9 @@ class Engine:
         self.policy = policy  # swapped by reference; read once per step
         self.config = config
         self.telemetry = telemetry or TelemetryBus(config.telemetry_queue)
-        self.scheduler = Scheduler(config.max_batch, config.max_queued, config.max_prefill_tokens)
+        # The runner's rows: max_batch, or fewer when the KV cache's memory budget buys fewer.
+        rows = min(config.max_batch, runner.max_batch)
+        self.scheduler = Scheduler(rows, config.max_queued, config.max_prefill_tokens)
         self.pacer = PrefillPacer(config.max_prefill_tokens, config.prefill_chunk_tokens)
         self.intake = Intake(tokenizer, config.max_context, runner.vocab_rows, config.seed)
         self._wakeup = asyncio.Event()

@@ -32,6 +32,11 @@ class CacheShape:
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         return cls(int(config.num_hidden_layers), max_batch, int(kv_heads), max_len, int(head_dim))
 
+    def row_bytes(self, dtype: torch.dtype) -> int:
+        """What one row takes: keys and values of every layer, `max_len` positions."""
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        return 2 * self.num_layers * self.kv_heads * self.max_len * self.head_dim * itemsize
+
 
 class SlotKVCache(Cache):
     """A transformers `Cache` whose `update` scatters into preallocated per-row columns."""

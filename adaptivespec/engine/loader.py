@@ -18,12 +18,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from adaptivespec.config import EngineConfig
+from adaptivespec.config import EngineConfig, parse_size
 from adaptivespec.engine.attention import attention_implementation, check_supported
 from adaptivespec.engine.cached_model import ForwardClock
 from adaptivespec.engine.compiled_forward import compile_time_note, compiled_graphs
 from adaptivespec.engine.hardware import hardware_key, resolve_device, resolve_dtype, set_threads
 from adaptivespec.engine.hf_runner import HFRunner
+from adaptivespec.engine.kv_budget import KVPlan, default_budget, plan
+from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_cache import announce
 from adaptivespec.engine.model_sources import ModelSource, resolve_models
 from adaptivespec.engine.packed_gqa import use_attention
@@ -142,21 +144,25 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     tokenizer = load_tokenizer(target_source.path)
     clock = ForwardClock(on_cuda=device.type == "cuda")
     cache_len = config.max_context + config.max_spec_tokens + 1
-    proposer: Proposer
-    if draft_source is None:
-        proposer = NgramProposer(models.ngram_max, models.ngram_min)
-    else:
+    draft = None
+    if draft_source is not None:
         draft = load_model(
             draft_source.path, device, dtype, positions, attention=models.attention, linear=linear
         )
         check_same_tokenizer(tokenizer, load_tokenizer(draft_source.path))
+    kv = _kv_plan(config, [m for m in (target, draft) if m is not None], cache_len, device, dtype)
+    announce(progress, kv.describe(cache_len))
+    proposer: Proposer
+    if draft is None or draft_source is None:
+        proposer = NgramProposer(models.ngram_max, models.ngram_min)
+    else:
         proposer = DraftModelProposer(
-            draft, draft_source.key, config.max_batch, cache_len, clock, target_width=_logit_width(target)
+            draft, draft_source.key, kv.rows, cache_len, clock, target_width=_logit_width(target)
         )
     runner = HFRunner(
         target,
         proposer,
-        max_batch=config.max_batch,
+        max_batch=kv.rows,
         max_context=config.max_context,
         max_spec_tokens=config.max_spec_tokens,
         eos_token_ids=eos_ids(target, tokenizer),
@@ -167,6 +173,19 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     if models.compile == "on":
         _compile(runner, progress)
     return LoadedModels(runner, tokenizer, target_source)
+
+
+def _kv_plan(
+    config: EngineConfig,
+    models: list[PreTrainedModel],
+    cache_len: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> KVPlan:
+    """The rows the KV budget buys for every model the step runs (the draft keeps a cache too)."""
+    row_bytes = sum(CacheShape.from_config(m.config, 1, cache_len).row_bytes(dtype) for m in models)
+    budget = parse_size(config.kv_cache_memory) or default_budget(device)
+    return plan(budget, config.max_batch, row_bytes, cache_len)
 
 
 def _compile(runner: HFRunner, progress: bool) -> None:
