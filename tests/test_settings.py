@@ -86,3 +86,44 @@ def test_the_step_settings_default_to_packed_attention_and_no_compile() -> None:
 def test_bad_step_settings_name_the_key_and_the_choices(variable: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load(None, {f"ADAPTIVESPEC_{variable}": "fast"}, {})
+
+
+def test_the_example_config_names_every_key_with_its_default() -> None:
+    """Every configuration key is in ops/config.example.toml (set to its default, or commented
+    out where the default is "unset"), in the section it belongs to."""
+    import dataclasses
+    import re
+    import tomllib
+
+    from adaptivespec.config import EngineConfig, ModelConfig, ServeConfig
+
+    text = (Path(__file__).parents[1] / "ops" / "config.example.toml").read_text()
+    sections: dict[str, set[str]] = {"": set()}
+    current = ""
+    for line in text.splitlines():
+        header = re.fullmatch(r"\[([a-z.]+)\]", line.strip())
+        if header:
+            current = header.group(1)
+            sections[current] = set()
+        key = re.match(r"#?\s?([a-z_]+) = ", line)
+        if key:
+            sections[current].add(key.group(1))
+    expected = {
+        "": ServeConfig,
+        "engine": EngineConfig,
+        "engine.models": ModelConfig,
+    }
+    for section, kind in expected.items():
+        names = {f.name for f in dataclasses.fields(kind)} - {"engine", "models"}
+        assert sections[section] == names, (section, names ^ sections[section])
+    values = tomllib.loads(text)
+    for section, kind in expected.items():
+        table = values
+        for part in filter(None, section.split(".")):
+            table = table[part]
+        fields = {f.name: f for f in dataclasses.fields(kind)}
+        for name, value in table.items():
+            if isinstance(value, dict):
+                continue
+            default = fields[name].default  # as declared: __post_init__ may resolve "auto"
+            assert value == (list(default) if isinstance(default, tuple) else default), (section, name)

@@ -87,7 +87,11 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="tokens of the long prompt (default 2000; --quick 1000; 0: skip)",
     )
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--quick", action="store_true", help="fewer and shorter requests, two rates, no peer")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer and shorter requests, two rates, no peer unless --engines names one",
+    )
     bench.add_argument("--json", type=Path, default=None)
 
 
@@ -100,7 +104,7 @@ class Plan:
     targets: Targets
 
 
-def _plan(args: argparse.Namespace) -> Plan:
+def plan_of(args: argparse.Namespace) -> Plan:
     runnable = [e for e in ENGINES if args.openvino_python or not e.startswith("openvino")]
     engines = [e for e in args.engines.split(",") if e] if args.engines else runnable
     unknown = sorted(set(engines) - set(ENGINES))
@@ -108,7 +112,7 @@ def _plan(args: argparse.Namespace) -> Plan:
         raise SystemExit(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
     if not args.openvino_python and any(e.startswith("openvino") for e in engines):
         raise SystemExit("the openvino engines need --openvino-python (see docs/benchmarks.md for the setup)")
-    if args.quick:
+    if args.quick and not args.engines:  # engines asked for by name are run, --quick or not
         engines = [e for e in engines if e not in PEERS]
     shape = TrafficShape.from_file(args.lengths) if args.lengths else _default_shape(args.quick)
     rates: list[float | None] = list(args.rates or ([0.5] if args.quick else [0.25, 0.5, 1.0]))
@@ -123,7 +127,7 @@ def _default_shape(quick: bool) -> TrafficShape:
 
 
 def run(args: argparse.Namespace) -> None:
-    plan = _plan(args)
+    plan = plan_of(args)
     result = asyncio.run(_bench(args, plan))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2))

@@ -102,12 +102,16 @@ def _published(controller: Controller, key: CellKey, running: int) -> PublishedC
     return PublishedCell(ctx, batch, decided, running, source)
 
 
-def published_cells(controller: Controller, max_context: int | None = None) -> list[PublishedCell]:
-    """Every cell up to the context bucket holding `max_context`, as operators should see it."""
+def published_cells(
+    controller: Controller, max_context: int | None = None, max_batch: int | None = None
+) -> list[PublishedCell]:
+    """Every cell up to the context bucket holding `max_context` and the batch bucket holding
+    `max_batch` (the engine cannot reach the others), as operators should see it."""
     rows = [c for c, bucket in enumerate(CONTEXT_BUCKETS) if max_context is None or bucket.lo <= max_context]
+    columns = [b for b, bucket in enumerate(BATCH_BUCKETS) if max_batch is None or bucket.lo <= max_batch]
     table = controller.live.snapshot.table
     out = []
     for ctx in rows:
-        for batch in range(len(BATCH_BUCKETS)):
+        for batch in columns:
             out.append(_published(controller, (ctx, batch), table[ctx][batch]))
     return out

@@ -109,12 +109,12 @@ def _authorise_without_token(request: web.Request, changes: bool) -> None:
         )
 
 
-def _threshold_rows(controller: Controller, max_context: int) -> list[dict[str, Any]]:
+def _threshold_rows(controller: Controller, max_context: int, max_batch: int) -> list[dict[str, Any]]:
     """Per context bucket, the decisions (never an exploration step), and which cells explore now."""
     thresholds = controller.thresholds()
     measured = {(d.ctx_bucket, d.batch_bucket): d for d in controller.decisions()}
     rows: dict[int, dict[str, Any]] = {}
-    for cell in published_cells(controller, max_context):
+    for cell in published_cells(controller, max_context, max_batch):
         row = rows.setdefault(
             cell.ctx_bucket,
             {
@@ -147,8 +147,9 @@ def _threshold_rows(controller: Controller, max_context: int) -> list[dict[str, 
 
 
 async def thresholds(request: web.Request) -> web.Response:
-    max_context = request.app[CONFIG].engine.max_context
-    return web.json_response({"data": _threshold_rows(request.app[SERVICES].controller, max_context)})
+    services = request.app[SERVICES]
+    max_context, max_batch = request.app[CONFIG].engine.max_context, services.engine.scheduler.max_batch
+    return web.json_response({"data": _threshold_rows(services.controller, max_context, max_batch)})
 
 
 async def decisions(request: web.Request) -> web.Response:
@@ -259,10 +260,11 @@ async def freeze(request: web.Request) -> web.Response:
 async def page(request: web.Request) -> web.Response:
     """A heatmap of the decided K over batch x context buckets, with each threshold marked."""
     controller = request.app[SERVICES].controller
+    max_batch = request.app[SERVICES].engine.scheduler.max_batch
     thresholds = controller.thresholds()
-    head = "".join(f"<th>{html.escape(b.label)}</th>" for b in BATCH_BUCKETS)
+    head = "".join(f"<th>{html.escape(b.label)}</th>" for b in BATCH_BUCKETS if b.lo <= max_batch)
     rows: dict[int, list[str]] = {}
-    for cell in published_cells(controller, request.app[CONFIG].engine.max_context):
+    for cell in published_cells(controller, request.app[CONFIG].engine.max_context, max_batch):
         rows.setdefault(cell.ctx_bucket, []).append(_heat_cell(cell, thresholds.get(cell.ctx_bucket)))
     body = [
         f"<tr><th>{html.escape(CONTEXT_BUCKETS[ctx].label)}</th>{''.join(cells)}</tr>"

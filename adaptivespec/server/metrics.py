@@ -79,30 +79,9 @@ class Metrics:
         self.telemetry_dropped = Gauge(
             "adaptivespec:telemetry_dropped", "Telemetry records dropped.", registry=r
         )
-
-        self.fleet_db_up = Gauge(
-            "adaptivespec:fleet_db_up",
-            "1 while the fleet database answers, 0 while the daemon serves on its last view of it.",
-            registry=r,
-        )
-        self.fleet_hosts = Gauge(
-            "adaptivespec:fleet_hosts", "Other hosts of this model and hardware pooling.", registry=r
-        )
-        self.fleet_pooled_steps = Gauge(
-            "adaptivespec:fleet_pooled_steps",
-            "Steps the other hosts measured, as of the last refresh.",
-            registry=r,
-        )
-        self.fleet_refresh_seconds = Gauge(
-            "adaptivespec:fleet_refresh_seconds", "How long the last fleet refresh took.", registry=r
-        )
-        self.fleet_flush_age = Gauge(
-            "adaptivespec:fleet_last_flush_age_seconds", "Seconds since this host last flushed.", registry=r
-        )
-        self.fleet_rows_written = Counter(
-            "adaptivespec:fleet_rows_written", "Rows this host upserted into the fleet tables.", registry=r
-        )
-        self._rows_counted = 0
+        # Registered at the first scrape with a fleet: a lone host exports no fleet series, so a
+        # dashboard reads them as absent, never as a database that is down.
+        self._fleet_gauges: FleetGauges | None = None
 
     def observe(self, record: StepTelemetry) -> None:
         self.step_seconds.observe(record.step_seconds)
@@ -127,7 +106,7 @@ class Metrics:
         self.prefill_backlog.set(engine.scheduler.prefill_backlog)
         self.telemetry_dropped.set(engine.telemetry.dropped)
         self.policy_version.set(controller.live.snapshot.version)
-        for cell in published_cells(controller, engine.config.max_context):
+        for cell in published_cells(controller, engine.config.max_context, engine.scheduler.max_batch):
             labels = (CONTEXT_BUCKETS[cell.ctx_bucket].label, BATCH_BUCKETS[cell.batch_bucket].label)
             self.k.labels(*labels).set(cell.decided)
             self.exploring.labels(*labels).set(int(cell.exploring))
@@ -136,11 +115,50 @@ class Metrics:
         return generate_latest(self.registry)
 
     def _fleet(self, status: FleetStatus) -> None:
-        self.fleet_db_up.set(int(status.state == "ok"))
-        self.fleet_hosts.set(status.hosts)
-        self.fleet_pooled_steps.set(status.pooled_steps)
-        self.fleet_refresh_seconds.set(status.refresh_seconds)
-        self.fleet_rows_written.inc(status.rows_written - self._rows_counted)
+        if self._fleet_gauges is None:
+            self._fleet_gauges = FleetGauges(self.registry)
+        self._fleet_gauges.update(status)
+
+
+class FleetGauges:
+    """What a host pooling with a fleet exports about it."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.db_up = Gauge(
+            "adaptivespec:fleet_db_up",
+            "1 while the fleet database answers, 0 while the daemon serves on its last view of it.",
+            registry=r,
+        )
+        self.hosts = Gauge(
+            "adaptivespec:fleet_hosts", "Other hosts of this model and hardware pooling.", registry=r
+        )
+        self.pooled_steps = Gauge(
+            "adaptivespec:fleet_pooled_steps",
+            "Steps the other hosts measured, as of the last refresh.",
+            registry=r,
+        )
+        self.refresh_seconds = Gauge(
+            "adaptivespec:fleet_refresh_seconds", "How long the last fleet refresh took.", registry=r
+        )
+        self.flush_age = Gauge(
+            "adaptivespec:fleet_last_flush_age_seconds",
+            "Seconds since this host last flushed.",
+            registry=r,
+        )
+        self.rows_written = Counter(
+            "adaptivespec:fleet_rows_written",
+            "Rows this host upserted into the fleet tables.",
+            registry=r,
+        )
+        self._rows_counted = 0
+
+    def update(self, status: FleetStatus) -> None:
+        self.db_up.set(int(status.state == "ok"))
+        self.hosts.set(status.hosts)
+        self.pooled_steps.set(status.pooled_steps)
+        self.refresh_seconds.set(status.refresh_seconds)
+        self.rows_written.inc(status.rows_written - self._rows_counted)
         self._rows_counted = status.rows_written
         if status.last_flush_at is not None:
-            self.fleet_flush_age.set(max(0.0, time.time() - status.last_flush_at))
+            self.flush_age.set(max(0.0, time.time() - status.last_flush_at))

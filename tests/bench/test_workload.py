@@ -89,3 +89,17 @@ def test_the_openvino_peer_names_its_missing_environment() -> None:
         main(["bench", "workload", "--engines", "ours-off,openvino"])
     with pytest.raises(SystemExit, match="unknown engines"):
         main(["bench", "workload", "--engines", "vllm"])
+
+
+def test_engines_named_on_the_command_line_are_run_even_with_quick() -> None:
+    import argparse
+
+    from adaptivespec.bench import commands, workload
+
+    def planned(*flags: str) -> list[str]:
+        args = commands.parser(argparse.ArgumentParser(add_help=False)).parse_args(["workload", *flags])
+        return workload.plan_of(args).engines
+
+    named = planned("--quick", "--engines", "ours-off,openvino", "--openvino-python", "/opt/ov/bin/python")
+    assert named == ["ours-off", "openvino"]
+    assert not any(e.startswith("openvino") for e in planned("--quick", "--openvino-python", "/x"))

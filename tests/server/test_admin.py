@@ -217,3 +217,14 @@ async def test_restored_cells_show_their_restored_statistics(aiohttp_client: Any
     measured = [r for r in restored if r["samples"]]
     assert measured and all(r["confidence"] is not None for r in measured)
     assert [r["threshold"] for r in restored] == [r["threshold"] for r in learned]
+
+
+async def test_the_table_has_a_column_per_batch_bucket_the_engine_can_reach(
+    sim_client: TestClient[Any, Any],
+) -> None:
+    rows = (await (await sim_client.get("/admin/thresholds", headers=AUTH)).json())["data"]
+    reachable = ["1", "2", "3-4", "5-8", "9-12", "13-16"]  # max_batch 16
+    assert rows and all(list(r["k_by_bucket"]) == reachable for r in rows)
+    page = await (await sim_client.get("/admin", headers=AUTH)).text()
+    head = re.search(r"<tr><th>context \\ batch</th>(.*?)</tr>", page)
+    assert head is not None and re.findall(r"<th>(.*?)</th>", head.group(1)) == reachable

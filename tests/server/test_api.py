@@ -127,6 +127,8 @@ async def test_health_models_and_metrics(sim_client: TestClient[Any, Any]) -> No
         "adaptivespec:policy_version",
     ):
         assert name in text, name
+    assert "fleet" not in text  # a lone host exports no fleet series: absent, not "database down"
+    assert 'batch_bucket="17-24"' not in text  # beyond max_batch (16): no column, no series
 
 
 async def test_a_seeded_request_beside_a_bad_seed_is_unharmed(sim_client: TestClient[Any, Any]) -> None:
