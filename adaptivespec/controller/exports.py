@@ -1,21 +1,33 @@
 """A learned K table in the config formats of the engines operators already run.
 
-- vLLM `num_speculative_tokens_per_batch_size` (PR #32374): `[start_bs, end_bs, K]`, inclusive,
-  from 1, no overlap, 0 <= K <= `num_speculative_tokens`; past the last range, the last K.
-  The five-item form `[bs_lo, bs_hi, ctx_lo, ctx_hi, K]` is the context axis proposed in vLLM
-  PR #48944 (not merged).
+The rules below are those of the upstream sources as read for shared/ANCHORS.md (turn 3,
+2026-12-02); none of these engines imports without a GPU here, so each rule is checked by our
+own `check_*` function, not by the engine's parser.
+
+- vLLM `--speculative-config`: `method` with its own keys (`ngram`: `prompt_lookup_min/max`;
+  `draft_model`: `model`), `num_speculative_tokens`, and `speculative_token_schedule` (the
+  field `num_speculative_tokens_per_batch_size` was renamed; the old name warns). Three-item
+  entries `[start_bs, end_bs, K]`, inclusive, from 1, no overlap, 0 <= K <=
+  `num_speculative_tokens`; past the last range, the last K. The five-item form
+  `[bs_lo, bs_hi, ctx_lo, ctx_hi, K]` (PR #48944, merged) needs the same batch ranges in
+  every context bucket.
 - TensorRT-LLM `draft_len_schedule` (PR #10860): batch-size upper bound -> K; sizes above the
   largest key run K = 0. Its validator also wants key 1 present and equal to `max_draft_len`,
   and every K <= `max_draft_len`.
-- SGLang `--speculative-adaptive-config`: `candidate_steps` that it chooses among from an EMA
-  of the accept length. It has no batch-size axis and no "off", so only the set of K survives.
+- SGLang `--speculative-adaptive-config FILE`: keyed by the batch size a tier starts at,
+  `{"strategy": "ema", "1": {"candidate_steps": [...]}, "17": {...}}`; it chooses among a
+  tier's candidate steps from an EMA of the accept length; 0 is allowed as a step.
 
 Adjacent buckets with the same K merge into one range; a bucket that was never visited takes
 the K of the visited bucket below it (vLLM's own rule for gaps), so ranges are contiguous.
+Above the last learned bucket every export runs the last learned K, as the controller itself
+does (an unvisited bucket borrows its nearest measured neighbour); where a format cannot say
+that, or anything else of the table, the export returns a note saying so.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -66,26 +78,58 @@ class KTable:
     def max_k(self) -> int:
         return max(r.k for r in self.ranges)
 
+    def k_at(self, batch: int) -> int:
+        """The K this table runs at a batch size; past the last range, the last K."""
+        return next((r.k for r in self.ranges if r.lo <= batch <= r.hi), self.ranges[-1].k)
 
-def vllm(table: KTable) -> dict[str, object]:
-    """Paste into `--speculative-config` (beside "method" and "model")."""
+
+def method_keys(model_key: str | None) -> tuple[dict[str, object], list[str]]:
+    """vLLM's `method` and its keys for the proposer named in a model key (target+proposer:dtype)."""
+    proposer = model_key.split("+", 1)[1].rsplit(":", 1)[0] if model_key and "+" in model_key else None
+    ngram = re.fullmatch(r"ngram([0-9]+)-([0-9]+)", proposer or "")
+    if ngram:
+        low, high = int(ngram.group(1)), int(ngram.group(2))
+        return {"method": "ngram", "prompt_lookup_min": low, "prompt_lookup_max": high}, []
+    if proposer:
+        note = f'the draft model is named {proposer!r} here: set "model" to its path or hub id'
+        return {"method": "draft_model", "model": proposer}, [note]
+    return {}, ['the proposer is unknown: add "method" (and its keys) beside the schedule']
+
+
+def vllm(table: KTable, model_key: str | None = None) -> tuple[dict[str, object], list[str]]:
+    """The `--speculative-config` JSON, and what the operator must still fill in."""
+    method, notes = method_keys(model_key)
+    schedule = [[r.lo, r.hi, r.k] for r in table.ranges]
+    check_vllm(schedule, max(1, table.max_k))
     return {
+        **method,
         "num_speculative_tokens": max(1, table.max_k),
-        "num_speculative_tokens_per_batch_size": [[r.lo, r.hi, r.k] for r in table.ranges],
-    }
+        "speculative_token_schedule": schedule,
+    }, notes
 
 
-def vllm_with_context(tables: Sequence[KTable]) -> dict[str, object]:
-    """The five-item form, one block of ranges per context bucket (vLLM PR #48944, not merged)."""
-    entries = [
-        [r.lo, r.hi, t.ctx.lo, t.ctx.hi, r.k]
-        for t in sorted(tables, key=lambda t: t.ctx.lo)
-        for r in t.ranges
-    ]
-    return {
-        "num_speculative_tokens": max(1, *(t.max_k for t in tables)),
-        "num_speculative_tokens_per_batch_size": entries,
-    }
+def vllm_with_context(
+    tables: Sequence[KTable], model_key: str | None = None
+) -> tuple[dict[str, object], list[str]]:
+    """The five-item form: one block per context bucket, every block over the same batch ranges
+    (vLLM refuses blocks whose ranges differ), split where any bucket's K changes."""
+    ordered = sorted(tables, key=lambda t: t.ctx.lo)
+    bounds = sorted({r.hi for t in ordered for r in t.ranges})
+    segments: list[tuple[int, int]] = []
+    for lo, hi in zip([1, *(b + 1 for b in bounds[:-1])], bounds, strict=True):
+        ks = [t.k_at(lo) for t in ordered]
+        if segments and [t.k_at(segments[-1][0]) for t in ordered] == ks:
+            segments[-1] = (segments[-1][0], hi)  # no bucket changes K here: one range
+        else:
+            segments.append((lo, hi))
+    entries = [[lo, hi, t.ctx.lo, t.ctx.hi, t.k_at(lo)] for t in ordered for lo, hi in segments]
+    method, notes = method_keys(model_key)
+    pairs = zip(ordered, ordered[1:], strict=False)
+    gaps = [f"{a.ctx.hi + 1}-{b.ctx.lo - 1}" for a, b in pairs if b.ctx.lo > a.ctx.hi + 1]
+    if gaps:
+        notes.append(f"nothing was learned at context {', '.join(gaps)}: vLLM's rule for a gap applies")
+    top = max(1, *(t.max_k for t in ordered))
+    return {**method, "num_speculative_tokens": top, "speculative_token_schedule": entries}, notes
 
 
 def trtllm(table: KTable) -> tuple[dict[str, object], list[str]]:
@@ -96,10 +140,20 @@ def trtllm(table: KTable) -> tuple[dict[str, object], list[str]]:
             "without a speculative config rather than with an all-zero schedule"
         )
     ranges = list(table.ranges)
+    notes = []
+    if ranges[-1].k > 0 and ranges[-1].hi < BATCH_BUCKETS[-1].hi:
+        # TensorRT-LLM runs K = 0 above its largest key; the table (and vLLM's export) runs
+        # the last K there, so the last key is raised to the largest batch size we track.
+        last = ranges[-1]
+        ranges[-1] = KRange(last.lo, BATCH_BUCKETS[-1].hi, last.k)
+        notes.append(
+            f"nothing was learned above batch {last.hi}: K = {last.k} is kept up to batch "
+            f"{BATCH_BUCKETS[-1].hi}, as the vLLM export and the controller do; TensorRT-LLM runs "
+            "K = 0 beyond its largest key"
+        )
     while ranges and ranges[-1].k == 0:  # above the largest key TensorRT-LLM runs K = 0 already
         ranges.pop()
     schedule = {r.hi: r.k for r in ranges}
-    notes = []
     first = ranges[0]
     if first.k != table.max_k:
         notes.append(
@@ -112,15 +166,28 @@ def trtllm(table: KTable) -> tuple[dict[str, object], list[str]]:
 
 
 def sglang(table: KTable) -> tuple[dict[str, object], list[str]]:
-    """Candidate steps for SGLang's adaptive mode, and what SGLang cannot express."""
-    steps = sorted({r.k for r in table.ranges if r.k > 0})
-    if not steps:
+    """The `--speculative-adaptive-config` file: one tier per batch range, keyed by the batch
+    size it starts at, whose only candidate step is the learned K (0 where speculation is off)."""
+    if table.max_k == 0:
         raise ExportError("speculation never paid in this table: run SGLang without speculation")
-    notes = ["SGLang picks among candidate_steps by acceptance, not by batch size: the batch ranges are lost"]
-    if any(r.k == 0 for r in table.ranges):
-        off = ", ".join(f"{r.lo}-{r.hi}" for r in table.ranges if r.k == 0)
-        notes.append(f"SGLang cannot turn speculation off at runtime; the table has K = 0 at batch {off}")
-    return {"speculative_num_steps": max(steps), "adaptive_config": {"candidate_steps": steps}}, notes
+    config: dict[str, object] = {"strategy": "ema"}
+    for r in table.ranges:
+        config[str(r.lo)] = {"candidate_steps": [r.k]}
+    notes = [f"launch SGLang with --speculative-num-steps {table.max_k} --speculative-adaptive-config FILE"]
+    return config, notes
+
+
+def check_sglang(config: Mapping[str, object]) -> None:
+    """SGLang's keyed form: batch-size keys from 1, each a tier with non-negative candidate steps."""
+    tiers = {key: value for key, value in config.items() if key != "strategy"}
+    if not tiers or not all(key.isdigit() for key in tiers):
+        raise ExportError(f"SGLang's adaptive config is keyed by batch size; got keys {sorted(tiers)}")
+    if "1" not in tiers:
+        raise ExportError("SGLang's adaptive config needs a tier for batch size 1")
+    for key, tier in tiers.items():
+        steps = tier.get("candidate_steps") if isinstance(tier, Mapping) else None
+        if not isinstance(steps, list) or not steps or any(not isinstance(s, int) or s < 0 for s in steps):
+            raise ExportError(f"tier {key}: candidate_steps must be a non-empty list of integers >= 0")
 
 
 def check_vllm(entries: Sequence[Sequence[int]], num_speculative_tokens: int) -> None:
@@ -141,6 +208,28 @@ def check_vllm(entries: Sequence[Sequence[int]], num_speculative_tokens: int) ->
                 f"entry {index}: K = {k} outside [0, num_speculative_tokens = {num_speculative_tokens}]"
             )
         previous_hi = hi
+
+
+def check_vllm_with_context(entries: Sequence[Sequence[int]], num_speculative_tokens: int) -> None:
+    """The five-item form: each context block follows the three-item rules, every block has
+    the same batch ranges, and context blocks do not overlap."""
+    blocks: dict[tuple[int, int], list[list[int]]] = {}
+    for index, entry in enumerate(entries):
+        if len(entry) != 5:
+            raise ExportError(f"entry {index} {list(entry)} is not [bs_lo, bs_hi, ctx_lo, ctx_hi, K]")
+        lo, hi, ctx_lo, ctx_hi, k = entry
+        if ctx_lo > ctx_hi:
+            raise ExportError(f"entry {index}: context start {ctx_lo} > end {ctx_hi}")
+        blocks.setdefault((ctx_lo, ctx_hi), []).append([lo, hi, k])
+    for block in blocks.values():
+        check_vllm(block, num_speculative_tokens)
+    shapes = {tuple((lo, hi) for lo, hi, _ in block) for block in blocks.values()}
+    if len(shapes) > 1:
+        raise ExportError("every context bucket must have the same batch ranges")
+    spans = sorted(blocks)
+    for (_, a_hi), (b_lo, _) in zip(spans, spans[1:], strict=False):
+        if b_lo <= a_hi:
+            raise ExportError(f"context ranges overlap at {b_lo}")
 
 
 def context_bucket_named(label: str) -> Bucket:

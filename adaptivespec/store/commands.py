@@ -14,6 +14,7 @@ from adaptivespec.controller.exports import ExportError, KTable
 from adaptivespec.store.db import StoreError, current_revision, make_engine, sqlite_path, upgrade
 from adaptivespec.store.fleet import FleetRepository
 from adaptivespec.store.integrity import damaged, sqlite_problems
+from adaptivespec.store.pooled_view import pooled_thresholds
 from adaptivespec.store.repository import Store, ThresholdRow
 
 
@@ -24,15 +25,15 @@ def run(args: argparse.Namespace) -> None:
 
 def run_thresholds(args: argparse.Namespace) -> None:
     if args.source is not None:
-        _export(args, [_table_of_report(args.source)])
+        _export(args, *_table_of_report(args.source))
         return
     store = Store(args.db, migrate=False)  # it only reads: never migrates what a daemon owns
     try:
-        rows = store.thresholds()
+        rows = _learned(store)
     finally:
         store.close()
     if args.export is not None:
-        _export(args, _tables_of_rows(args, rows))
+        _export(args, *_tables_of_rows(args, rows))
         return
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
@@ -47,6 +48,15 @@ def run_thresholds(args: argparse.Namespace) -> None:
         print(f"  K by batch bucket: {r.k_by_bucket}")
         print(f"  samples {r.samples}, confidence {r.confidence:.2f}, policy version {r.policy_version}")
         print(f"  updated {r.updated_at}")
+
+
+def _learned(store: Store) -> list[ThresholdRow]:
+    """The decisions each (model, hardware) holds; where a fleet pooled into this database,
+    what the whole fleet learned (hosts of a fleet keep their statistics in the fleet tables)."""
+    pooled = pooled_thresholds(store.engine)
+    fleet_keys = {(r.model_key, r.hardware_key) for r in pooled}
+    alone = [r for r in store.thresholds() if (r.model_key, r.hardware_key) not in fleet_keys]
+    return alone + pooled
 
 
 def run_db(args: argparse.Namespace) -> None:
@@ -102,17 +112,19 @@ def run_fleet(args: argparse.Namespace) -> None:
         print(f"{model} on {hardware}: {len(steps)} {hosts_word}, {sum(steps)} steps")
 
 
-def _table_of_report(path: Path) -> KTable:
+def _table_of_report(path: Path) -> tuple[list[KTable], str | None]:
     try:
         report = json.loads(path.read_text())
         k_by_bucket = report["policies"]["adaptive"]["k_by_bucket"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ExportError(f"{path} is not a `bench control` JSON report ({exc})") from exc
     whole = Bucket(1, CONTEXT_BUCKETS[-1].hi)  # the simulator has no context axis
-    return KTable.from_labels(whole, k_by_bucket)
+    scenario = report.get("scenario")
+    model_key = scenario.get("model_key") if isinstance(scenario, dict) else None
+    return [KTable.from_labels(whole, k_by_bucket)], model_key if isinstance(model_key, str) else None
 
 
-def _tables_of_rows(args: argparse.Namespace, rows: list[ThresholdRow]) -> list[KTable]:
+def _tables_of_rows(args: argparse.Namespace, rows: list[ThresholdRow]) -> tuple[list[KTable], str]:
     chosen = [
         r
         for r in rows
@@ -125,24 +137,29 @@ def _tables_of_rows(args: argparse.Namespace, rows: list[ThresholdRow]) -> list[
     if len(keys) > 1:
         listed = "; ".join(f"--model-key {m!r} --hardware-key {h!r}" for m, h in keys)
         raise ExportError(f"the database holds several tables; pick one: {listed}")
-    return [KTable.from_labels(exports.context_bucket_named(r.ctx_bucket), r.k_by_bucket) for r in chosen]
+    tables = [KTable.from_labels(exports.context_bucket_named(r.ctx_bucket), r.k_by_bucket) for r in chosen]
+    return tables, keys[0][0]
 
 
-def _export(args: argparse.Namespace, tables: list[KTable]) -> None:
+def _export(args: argparse.Namespace, tables: list[KTable], model_key: str | None) -> None:
     fmt = args.export or "vllm"
     if args.with_context:
         if fmt != "vllm":
             raise ExportError("--with-context is the vLLM five-item form; use it with --export vllm")
-        print(json.dumps(exports.vllm_with_context(tables)))
+        config, notes = exports.vllm_with_context(tables, model_key)
+        _print(config, notes)
         return
     table = _one_context(args, tables)
-    notes: list[str] = []
     if fmt == "vllm":
-        config = exports.vllm(table)
+        config, notes = exports.vllm(table, model_key)
     elif fmt == "trtllm":
         config, notes = exports.trtllm(table)
     else:
         config, notes = exports.sglang(table)
+    _print(config, notes)
+
+
+def _print(config: dict[str, object], notes: list[str]) -> None:
     for note in notes:
         print(f"adaptivespec: note: {note}", file=sys.stderr)
     print(json.dumps(config))

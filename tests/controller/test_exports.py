@@ -45,12 +45,20 @@ def _trtllm_k(schedule: dict[str, int], batch: int) -> int:
     return 0
 
 
-def test_the_vllm_export_is_the_issue_example() -> None:
-    config = exports.vllm(KTable.from_labels(SHORT, ISSUE_TABLE))
+def test_the_vllm_export_is_the_issue_example_with_its_method() -> None:
+    config, notes = exports.vllm(KTable.from_labels(SHORT, ISSUE_TABLE), "smollm2-135m+ngram2-3:float32")
     assert config == {
+        "method": "ngram",
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 3,
         "num_speculative_tokens": 4,
-        "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 64, 1], [65, 512, 0]],
+        "speculative_token_schedule": [[1, 16, 4], [17, 64, 1], [65, 512, 0]],
     }
+    assert notes == []
+    drafted, notes = exports.vllm(KTable.from_labels(SHORT, ISSUE_TABLE), "llama-8b+llama-1b:bf16")
+    assert drafted["method"] == "draft_model" and drafted["model"] == "llama-1b" and "model" in notes[0]
+    unknown, notes = exports.vllm(KTable.from_labels(SHORT, ISSUE_TABLE))
+    assert "method" not in unknown and "method" in notes[0]
 
 
 def test_the_trtllm_export_runs_the_same_k_as_the_table_at_every_batch() -> None:
@@ -73,10 +81,18 @@ def test_trtllm_says_what_it_could_not_express() -> None:
         exports.trtllm(KTable.from_labels(SHORT, {"1": 0, "2": 0}))
 
 
-def test_sglang_keeps_the_set_of_k_and_names_what_it_loses() -> None:
+def test_sglang_is_keyed_by_the_batch_size_each_tier_starts_at() -> None:
     config, notes = exports.sglang(KTable.from_labels(SHORT, ISSUE_TABLE))
-    assert config == {"speculative_num_steps": 4, "adaptive_config": {"candidate_steps": [1, 4]}}
-    assert any("batch" in note for note in notes) and any("off" in note for note in notes)
+    assert config == {
+        "strategy": "ema",
+        "1": {"candidate_steps": [4]},
+        "17": {"candidate_steps": [1]},
+        "65": {"candidate_steps": [0]},  # SGLang takes 0 as a step: speculation off
+    }
+    exports.check_sglang(config)
+    assert "--speculative-num-steps 4" in notes[0]
+    with pytest.raises(ExportError, match="keyed by batch size"):
+        exports.check_sglang({"candidate_steps": [1, 4]})  # the flat form SGLang now refuses
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -84,8 +100,8 @@ def test_random_tables_round_trip_through_vllms_rules(seed: int) -> None:
     rng = random.Random(seed)
     visited = rng.sample(BATCH_BUCKETS[:16], rng.randint(1, 16))
     table = KTable.from_labels(SHORT, {b.label: rng.choice([0, 0, 1, 2, 4, 8]) for b in visited})
-    config = exports.vllm(table)
-    entries = config["num_speculative_tokens_per_batch_size"]
+    config, _ = exports.vllm(table)
+    entries = config["speculative_token_schedule"]
     assert isinstance(entries, list)
     exports.check_vllm(entries, int(str(config["num_speculative_tokens"])))
     assert all(a[2] != b[2] for a, b in zip(entries, entries[1:], strict=False))  # adjacent K merged
@@ -93,6 +109,13 @@ def test_random_tables_round_trip_through_vllms_rules(seed: int) -> None:
     for bucket in visited:  # every visited batch size runs its own bucket's K under vLLM's lookup
         own = next(r.k for r in table.ranges if r.lo <= bucket.lo <= r.hi)
         assert _vllm_k(entries, bucket.lo) == _vllm_k(entries, bucket.hi) == own
+    if table.max_k == 0:
+        return
+    trt, _ = exports.trtllm(table)
+    schedule = trt["draft_len_schedule"]
+    assert isinstance(schedule, dict)
+    for batch in range(2, BATCH_BUCKETS[-1].hi + 1):  # the formats agree (TRT raises batch 1 only)
+        assert _trtllm_k(schedule, batch) == _vllm_k(entries, batch), batch
 
 
 @pytest.mark.parametrize(
@@ -110,18 +133,42 @@ def test_the_vllm_rules_refuse_broken_tables(entries: list[list[int]], problem: 
         exports.check_vllm(entries, 4)
 
 
-def test_the_context_form_has_one_block_per_context_bucket() -> None:
+def test_the_context_form_has_the_same_batch_ranges_in_every_context_bucket() -> None:
     tables = [
         KTable.from_labels(CONTEXT_BUCKETS[1], {"1": 2, "3-4": 0}),
         KTable.from_labels(SHORT, {"1": 4, "5-8": 1}),
     ]
-    config = exports.vllm_with_context(tables)
-    assert config["num_speculative_tokens_per_batch_size"] == [
-        [1, 4, 1, 512, 4],
+    config, notes = exports.vllm_with_context(tables)
+    entries = config["speculative_token_schedule"]
+    assert entries == [
+        [1, 2, 1, 512, 4],
+        [3, 4, 1, 512, 4],
         [5, 8, 1, 512, 1],
         [1, 2, 513, 1024, 2],
         [3, 4, 513, 1024, 0],
+        [5, 8, 513, 1024, 0],
     ]
+    assert isinstance(entries, list)
+    exports.check_vllm_with_context(entries, int(str(config["num_speculative_tokens"])))
+    with pytest.raises(ExportError, match="same batch ranges"):  # what the old export produced
+        exports.check_vllm_with_context([[1, 4, 1, 512, 4], [1, 16, 513, 1024, 2]], 4)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_context_tables_keep_each_buckets_k(seed: int) -> None:
+    rng = random.Random(seed)
+    tables = []
+    for ctx in rng.sample(CONTEXT_BUCKETS[:6], rng.randint(1, 4)):
+        visited = rng.sample(BATCH_BUCKETS[:12], rng.randint(1, 12))
+        tables.append(KTable.from_labels(ctx, {b.label: rng.choice([0, 1, 2, 4]) for b in visited}))
+    config, _ = exports.vllm_with_context(tables)
+    entries = config["speculative_token_schedule"]
+    assert isinstance(entries, list)
+    exports.check_vllm_with_context(entries, int(str(config["num_speculative_tokens"])))
+    for table in tables:
+        block = [[lo, hi, k] for lo, hi, c_lo, _, k in entries if c_lo == table.ctx.lo]
+        for batch in range(1, BATCH_BUCKETS[11].hi + 1):
+            assert _vllm_k(block, batch) == table.k_at(batch)
 
 
 def test_unknown_buckets_and_empty_tables_are_refused() -> None:
@@ -147,17 +194,19 @@ def _learned_store(tmp_path: Path) -> str:
 def test_the_cli_exports_a_learned_database_in_every_format(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     url = _learned_store(tmp_path)
     assert main(["thresholds", "--db", url, "--export", "vllm", "--ctx-bucket", "1-512"]) == 0
-    vllm = json.loads(capsys.readouterr().out)
-    exports.check_vllm(vllm["num_speculative_tokens_per_batch_size"], vllm["num_speculative_tokens"])
-    assert vllm["num_speculative_tokens_per_batch_size"][-1][2] == 0  # off at batch 256
+    captured = capsys.readouterr()
+    vllm = json.loads(captured.out)
+    exports.check_vllm(vllm["speculative_token_schedule"], vllm["num_speculative_tokens"])
+    assert vllm["speculative_token_schedule"][-1][2] == 0  # off at batch 256
+    assert 'add "method"' in captured.err  # this key ("pair") names no proposer: said, not guessed
     assert main(["thresholds", "--db", url, "--export", "trtllm"]) == 0
     assert "draft_len_schedule" in json.loads(capsys.readouterr().out)
     assert main(["thresholds", "--db", url, "--export", "sglang"]) == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["adaptive_config"]["candidate_steps"]
-    assert "cannot turn speculation off" in captured.err
+    exports.check_sglang(json.loads(captured.out))
+    assert "--speculative-adaptive-config" in captured.err
     assert main(["thresholds", "--db", url, "--export", "vllm", "--with-context"]) == 0
-    assert json.loads(capsys.readouterr().out)["num_speculative_tokens_per_batch_size"][0][2:4] == [1, 512]
+    assert json.loads(capsys.readouterr().out)["speculative_token_schedule"][0][2:4] == [1, 512]
     assert main(["thresholds", "--db", url, "--export", "vllm", "--ctx-bucket", "99"]) == 2
     assert "unknown context bucket '99'" in capsys.readouterr().err
 
@@ -166,7 +215,7 @@ def test_the_cli_exports_a_bench_control_report(tmp_path: Path, capsys) -> None:
     report = tmp_path / "control.json"
     report.write_text(json.dumps({"policies": {"adaptive": {"k_by_bucket": ISSUE_TABLE}}}))
     assert main(["thresholds", "--from", str(report), "--export", "vllm"]) == 0
-    assert json.loads(capsys.readouterr().out)["num_speculative_tokens_per_batch_size"] == [
+    assert json.loads(capsys.readouterr().out)["speculative_token_schedule"] == [
         [1, 16, 4],
         [17, 64, 1],
         [65, 512, 0],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -291,3 +292,24 @@ def test_the_migrations_build_the_schema_the_models_declare(postgres_url: str, t
             differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
         engine.dispose()
         assert differences == [], url
+
+
+def test_thresholds_and_exports_read_what_the_fleet_learned(
+    repository: FleetRepository, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hosts of a fleet keep their statistics in the fleet tables, not in the decision rows:
+    an operator's export must read the pooled view, not say that nothing was learned."""
+    phases = (Phase(1, 200), Phase(8, 200), Phase(64, 200))
+    for seed, host in enumerate(("gpu-a", "gpu-b")):
+        controller, key = _host(repository, host)
+        _run(controller, phases, seed)
+        _flush(repository, controller, key)
+    assert main(["thresholds", "--db", postgres_url, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["samples"] > 0 for r in rows)
+    assert main(["thresholds", "--db", postgres_url, "--export", "vllm"]) == 0
+    captured = capsys.readouterr()
+    config = json.loads(captured.out)
+    assert config["method"] == "draft_model" and config["speculative_token_schedule"][0][:2] == [1, 1]
+    learned = {label: k for r in rows if r["ctx_bucket"] == "1-512" for label, k in r["k_by_bucket"].items()}
+    assert learned["1"] == config["speculative_token_schedule"][0][2]

@@ -1,0 +1,54 @@
+"""What a fleet learned, read from its pooled totals: the decisions each host would reach
+from every host's measurements, for `thresholds` and `--export` on a fleet's database.
+
+Hosts of a fleet write their statistics into the fleet tables, not into the decision rows, so
+the pooled view is rebuilt here the way a daemon builds it on refresh: a fresh controller, the
+pooled evidence folded in, and its decisions read out.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, crossover
+from adaptivespec.controller.controller import Controller, ControllerConfig
+from adaptivespec.controller.fleet import fold
+from adaptivespec.store.fleet import FleetKey, FleetRepository
+from adaptivespec.store.repository import ThresholdRow
+
+READER = "adaptivespec-thresholds"  # a host id that owns no rows: the view is every host's
+EVERYONE = 10.0**9  # seconds: every host that ever flushed counts as live (only probe shares use it)
+
+
+def pooled_thresholds(engine: Engine) -> list[ThresholdRow]:
+    """One row per (model, hardware, context bucket) the fleet measured; [] without a fleet."""
+    repository = FleetRepository(engine)
+    hosts = repository.hosts()
+    keys = sorted({(h.model_key, h.hardware_key) for h in hosts})
+    rows: list[ThresholdRow] = []
+    for model, hardware in keys:
+        controller = Controller(model, hardware, ControllerConfig())
+        fold(controller, repository.pooled(FleetKey(READER, model, hardware), live_seconds=EVERYONE))
+        updated = max(h.last_flush_at for h in hosts if (h.model_key, h.hardware_key) == (model, hardware))
+        rows.extend(_rows(controller, updated))
+    return rows
+
+
+def _rows(controller: Controller, updated_at: str) -> list[ThresholdRow]:
+    by_ctx: dict[int, list[tuple[int, int, int, float]]] = {}
+    for d in controller.decisions():
+        by_ctx.setdefault(d.ctx_bucket, []).append((d.batch_bucket, d.k, d.fleet_samples, d.confidence))
+    return [
+        ThresholdRow(
+            model_key=controller.model_key,
+            hardware_key=controller.hardware_key,
+            ctx_bucket=CONTEXT_BUCKETS[ctx].label,
+            threshold=crossover([(BATCH_BUCKETS[b], k) for b, k, _, _ in sorted(cells)]),
+            k_by_bucket={BATCH_BUCKETS[b].label: k for b, k, _, _ in sorted(cells)},
+            samples=sum(n for _, _, n, _ in cells),
+            confidence=min(c for _, _, _, c in cells),
+            policy_version=controller.version,
+            updated_at=updated_at,
+        )
+        for ctx, cells in sorted(by_ctx.items())
+    ]
