@@ -136,7 +136,7 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         choices=("auto", "on", "off"),
         help="pool learning with the database's other hosts (auto: on for PostgreSQL)",
     )
-    serve.add_argument("--host-id", help="this host's name in the fleet (default: the machine's host name)")
+    serve.add_argument("--host-id", help="this daemon's name in the fleet (default: <host name>:<port>)")
     serve.add_argument("--backend", choices=("hf", "sim"))
     serve.add_argument("--target", help=_TARGET_HELP)
     serve.add_argument("--draft", help=_DRAFT_HELP)

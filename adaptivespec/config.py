@@ -173,7 +173,7 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20
     flush_seconds: float = 2.0
     fleet: str = "auto"  # pool with the other hosts of the database: on, off, auto (= on PostgreSQL)
-    host_id: str | None = None  # this host's name in the fleet; None = the machine's host name
+    host_id: str | None = None  # this daemon's name in the fleet; None = "<host name>:<port>"
     fleet_refresh_seconds: float = 5.0  # how often the other hosts' totals are read and folded in
     fleet_learning_sync_seconds: float = 0.01  # flush and refresh this often while a cell is young
     fleet_young_cell_steps: int = 200  # a cell is young until the fleet has this many steps in it

@@ -19,6 +19,7 @@ from adaptivespec.bench import (
     calibrate,
     control,
     controller,
+    coupling,
     engine,
     fleet,
     serve,
@@ -55,6 +56,7 @@ def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     accept.add_argument("--prompt-len", type=int, default=64)
     accept.add_argument("--steps", type=int, default=64)
     control.register(kinds)
+    coupling.register(kinds)
     fleet.register(kinds)
     calibrate.register(kinds)
     controller.register(kinds)
@@ -77,6 +79,7 @@ def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> None:
     commands: dict[str, Callable[[argparse.Namespace], object]] = {
         "control": control.run,
+        "coupling": coupling.run,
         "fleet": fleet.run,
         "calibrate": calibrate.run,
         "controller": controller.run,

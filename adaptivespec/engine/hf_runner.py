@@ -22,7 +22,7 @@ from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import SAMPLING_DTYPE, BatchSampling, SamplingParams, next_tokens
 from adaptivespec.engine.segments import SegmentLayout
-from adaptivespec.engine.verification import greedy_prefix, verify
+from adaptivespec.engine.verification import verify
 
 WARM_UP = SamplingParams(max_tokens=4, temperature=0.0)
 
@@ -59,7 +59,7 @@ class HFRunner:
         self._greedy = torch.ones(max_batch, dtype=torch.bool, device=self.device)
         self._host_greedy = np.ones(max_batch, dtype=bool)
         self._host_top_p = np.ones(max_batch)
-        self._generators = [torch.Generator(device=self.device) for _ in range(max_batch)]
+        self._seeds = [0] * max_batch  # each row's request seed: its sampling noise comes from it
 
     @property
     def models(self) -> list[PreTrainedModel]:
@@ -99,7 +99,7 @@ class HFRunner:
         # The target's verify pass, whatever the drafter found for this text.
         drafts = self.rows.last_tokens(batch).expand(batch, 2)
         n_drafts = np.full(batch, 2, dtype=np.int64)
-        proposal = Proposal(drafts, upload(n_drafts, self.device), None, n_drafts)
+        proposal = Proposal(drafts, upload(n_drafts, self.device), n_drafts)
         self._verify(batch, proposal, self._sampling(slice(0, batch)), None)
 
     @property
@@ -123,7 +123,8 @@ class HFRunner:
             self.proposer.prefill(row_start, chunks, starts)
         tokens: list[int] = []
         if done:
-            first = next_tokens(logits[:done], self._sampling(slice(row_start, row_start + done)))  # [done]
+            ends = np.array([item.stop for item in items[:done]], dtype=np.int64)
+            first = next_tokens(logits[:done], self._sampling(slice(row_start, row_start + done), ends))
             tokens = first.tolist()  # the prefill's one read of the device
         first_tokens = self._close_rows(row_start, items, tokens)
         self.clock.settle()
@@ -138,19 +139,6 @@ class HFRunner:
         """A plain step over rows [0, batch) and the items' chunks into rows batch, batch + 1, ...,
         in one forward of the target (segments.py). The tokens are those of `prefill` into those
         rows followed by `decode(batch, 0)` over the rows before them."""
-        # A failed call must leave the running rows as they were, so that the engine can run
-        # the step's parts apart and sampled rows still draw what a clean step would have.
-        saved = None if self._host_greedy[:batch].all() else [g.get_state() for g in self._generators[:batch]]
-        try:
-            return self._decode_with_prompts(batch, items)
-        except Exception:
-            for generator, state in zip(self._generators, saved or [], strict=False):
-                generator.set_state(state)
-            raise
-
-    def _decode_with_prompts(
-        self, batch: int, items: list[PrefillItem]
-    ) -> tuple[DecodeOutput, PrefillOutput]:
         began = time.perf_counter()
         done = self._open_rows(batch, items)
         starts = np.array([item.start for item in items], dtype=np.int64)
@@ -162,7 +150,8 @@ class HFRunner:
         if self.proposer is not None:
             self.proposer.prefill(batch, chunks, starts.tolist())
         decoded = next_tokens(logits[:batch], self._sampling(slice(0, batch)))  # [batch]
-        first = next_tokens(logits[batch : batch + done], self._sampling(slice(batch, batch + done)))
+        ends = np.array([item.stop for item in items[:done]], dtype=np.int64)
+        first = next_tokens(logits[batch : batch + done], self._sampling(slice(batch, batch + done), ends))
         read = torch.cat([decoded, first]).tolist()  # the step's one read of the device
         self._append_one(0, read[:batch])
         first_tokens = self._close_rows(batch, items, read[batch:])
@@ -244,7 +233,7 @@ class HFRunner:
         for host in (self._host_greedy, self._host_top_p):
             host[dsts] = host[srcs]
         for s, d in zip(srcs, dsts, strict=True):
-            self._generators[d], self._generators[s] = self._generators[s], self._generators[d]
+            self._seeds[d] = self._seeds[s]
 
     def _propose(self, batch: int, k: int, sampling: BatchSampling) -> Proposal | None:
         if k <= 0 or self.proposer is None:
@@ -254,8 +243,7 @@ class HFRunner:
         if width == 0:
             return None
         if width < k:
-            probs = None if proposal.probs is None else proposal.probs[:, :width]
-            proposal = Proposal(proposal.drafts[:, :width], proposal.n_drafts, probs, proposal.host_n_drafts)
+            proposal = Proposal(proposal.drafts[:, :width], proposal.n_drafts, proposal.host_n_drafts)
         return proposal
 
     # Each of the two steps below reads the device once: every row's tokens, and how many of
@@ -276,13 +264,7 @@ class HFRunner:
         if layout is None:
             layout = self._verify_layout(batch, width)
         logits = self.target.forward(0, ids, layout, last_only=False, step=True)
-        if sampling.all_greedy:  # the argmax prefix, matched on the host: a few numpy operations
-            read = torch.cat([logits.argmax(dim=-1), proposal.drafts], dim=1).cpu().numpy()
-            argmax, drafts = read[:, :width], read[:, width:]
-            return argmax, greedy_prefix(argmax, drafts, proposal.host_n_drafts)
-        verdict = verify(logits, proposal.probs, proposal.drafts, proposal.n_drafts, sampling)
-        read = torch.cat([verdict.tokens, verdict.accepted.unsqueeze(1)], dim=1).cpu().numpy()
-        return read[:, :-1], read[:, -1]
+        return verify(logits, proposal.drafts, proposal.host_n_drafts, sampling)
 
     def _verify_layout(self, batch: int, width: int) -> RaggedLayout:
         """Each row's last token and its drafts, `width` in all, from the row's last column."""
@@ -296,14 +278,17 @@ class HFRunner:
         self._top_p[row] = params.top_p
         self._host_greedy[row] = params.greedy
         self._host_top_p[row] = params.top_p
-        self._generators[row].manual_seed(item.seed)
+        self._seeds[row] = item.seed
 
-    def _sampling(self, rows: slice) -> BatchSampling:
+    def _sampling(self, rows: slice, positions: np.ndarray | None = None) -> BatchSampling:
+        """`positions`: the index each row's next token takes (default: the rows' lengths)."""
         return BatchSampling(
             self._temperature[rows],
             self._top_p[rows],
             self._greedy[rows],
-            self._generators[rows],
+            self._seeds[rows],
+            self.rows.host_lens[rows].copy() if positions is None else positions,
+            self._host_greedy[rows],
             all_greedy=bool(self._host_greedy[rows].all()),
             any_top_p=bool((self._host_top_p[rows] < 1.0).any()),
         )

@@ -17,14 +17,13 @@ from transformers import PreTrainedModel
 from adaptivespec.engine.cached_model import CachedModel, ForwardClock
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState, upload
-from adaptivespec.engine.sampling import BatchSampling, probabilities, sample_from
+from adaptivespec.engine.sampling import BatchSampling, choices
 
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
     drafts: torch.Tensor  # [B, K] long, on the device
     n_drafts: torch.Tensor  # [B] long, on the device: drafts actually proposed per row (<= K)
-    probs: torch.Tensor | None  # [B, K, V] draft distribution q; None when deterministic (q one-hot)
     host_n_drafts: np.ndarray  # [B] int64, the same counts on the host, so the step's width needs no read
 
 
@@ -51,7 +50,8 @@ class DraftModelProposer:
     """Drafts with a small causal LM that shares the target's tokenizer.
 
     The two models' logit widths may differ (padded embedding tables): drafts are drawn
-    only among the ids both have, and q is zero-padded to the target's width.
+    only among the ids both have. A sampled row's draft is the Gumbel-max of the draft's own
+    distribution under the noise the target will use at that position (sampling.py).
     """
 
     def __init__(
@@ -91,18 +91,14 @@ class DraftModelProposer:
         ids = rows.tokens[:batch].gather(1, catch_up.gather_index)
         logits = self._forward(ids, catch_up)
         drafts: list[torch.Tensor] = []
-        probs: list[torch.Tensor] = []
         for j in range(k):
-            token, q = self._pick(logits, sampling)
+            token = choices(logits.unsqueeze(1), sampling, self.target_width, offset=j)[:, 0]
             drafts.append(token)
-            if q is not None:
-                probs.append(q)
             if j + 1 < k:
                 logits = self._forward(token.unsqueeze(1), steps[j])
         self.cached[:batch] = lens + (k - 1)
-        stacked = torch.stack(probs, dim=1) if probs else None
         n_drafts = torch.full((batch,), k, dtype=torch.long, device=device)
-        return Proposal(torch.stack(drafts, dim=1), n_drafts, stacked, np.full(batch, k, dtype=np.int64))
+        return Proposal(torch.stack(drafts, dim=1), n_drafts, np.full(batch, k, dtype=np.int64))
 
     def commit(self, batch: int, old_lens: np.ndarray, accepted: np.ndarray) -> None:
         self.cached[:batch] = np.minimum(self.cached[:batch], old_lens + accepted)
@@ -116,17 +112,6 @@ class DraftModelProposer:
         return self.draft.forward(0, ids, layout, last_only=True, step=True)[
             :, -1, : self.shared_width
         ]  # [B, V]
-
-    def _pick(
-        self, logits: torch.Tensor, sampling: BatchSampling
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        argmax = logits.argmax(dim=-1)
-        if sampling.all_greedy:
-            return argmax, None
-        q = probabilities(logits.unsqueeze(1), sampling).squeeze(1)
-        sampled = sample_from(q, sampling.uniforms(1, logits.device).squeeze(1))
-        q = torch.nn.functional.pad(q, (0, self.target_width - self.shared_width))  # [B, V_target]
-        return torch.where(sampling.greedy.to(logits.device), argmax, sampled), q
 
 
 class NgramProposer:
@@ -160,7 +145,7 @@ class NgramProposer:
         drafts = np.take_along_axis(tokens, index, axis=1)  # [B, K]
         n_drafts = np.where(follow >= 0, np.minimum(lens - follow, k), 0)
         device = rows.tokens.device
-        return Proposal(upload(drafts, device), upload(n_drafts, device), None, n_drafts)
+        return Proposal(upload(drafts, device), upload(n_drafts, device), n_drafts)
 
     @staticmethod
     def _last_match(tokens: np.ndarray, lens: np.ndarray, n: int) -> np.ndarray:

@@ -1,15 +1,22 @@
-"""Sampling parameters and the vectorised samplers the runner applies to a whole batch.
+"""Sampling parameters and the coupled sampler the runner applies to a whole batch.
 
-Randomness is drawn per row from that request's own generator, on the device, then all
-sampling is done by inverse-CDF lookups on the batch at once, so a seeded request gives the
-same tokens whatever else shares its batch.
+A sampled token is the Gumbel-max of the row's (temperature- and top-p-adjusted) log
+probabilities under noise drawn from (the request's seed, the token's position) alone: a
+counter-based draw that depends on nothing else. So the token at a position is the same
+whatever else shares the batch, whatever K the controller picks, and whether it was proposed
+by a drafter or sampled by the target: a draft is kept when it equals the target's own
+Gumbel-max token, and the output equals the K = 0 output token for token. Each token is an
+exact sample of the target's distribution (the Gumbel-max trick), so the text is distributed
+exactly as the target's. A draft model proposes the Gumbel-max of its own distribution under
+the same noise, which is what makes its drafts agree when the two distributions do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from adaptivespec.errors import InvalidRequestError
@@ -84,16 +91,43 @@ class BatchSampling:
     temperature: torch.Tensor  # [B] float, on the device; 1.0 where greedy (unused there)
     top_p: torch.Tensor  # [B] float, on the device
     greedy: torch.Tensor  # [B] bool, on the device
-    generators: Sequence[torch.Generator]  # B generators, one per row, on the device (Philox on cuda)
+    seeds: Sequence[int]  # B request seeds, in [0, 2^64)
+    positions: np.ndarray  # [B] int64: the sequence index of the first token this forward samples
+    host_greedy: np.ndarray  # [B] bool
     all_greedy: bool
     any_top_p: bool  # some row keeps less than the whole distribution
+    _memo: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)  # one step's noise
 
-    def uniforms(self, per_row: int, device: torch.device) -> torch.Tensor:
-        """[B, per_row] uniforms, each row from its own generator."""
-        draws = [torch.rand(per_row, generator=g, device=g.device) for g in self.generators]
-        if not draws:
-            return torch.zeros(0, per_row, device=device)
-        return torch.stack(draws).to(device, non_blocking=True)
+    def noise(self, width: int, vocab: int, device: torch.device, offset: int = 0) -> torch.Tensor:
+        """[B, width, vocab] Gumbel noise: row r, column j from (seeds[r], positions[r] + offset + j)
+        alone.
+        Greedy rows get zeros (their tokens are argmaxes). Drawn on the host's generator, the
+        same on every device; a step's drafter and verifier share what they both draw."""
+        out = torch.zeros(len(self.seeds), width, vocab)
+        for row in np.flatnonzero(~self.host_greedy):
+            for j in range(width):
+                out[row, j] = self._gumbel(int(row), int(self.positions[row]) + offset + j, vocab)
+        return out.to(device, non_blocking=True)
+
+    def _gumbel(self, row: int, position: int, vocab: int) -> torch.Tensor:
+        key = (row, position, vocab)
+        if key not in self._memo:
+            generator = torch.Generator().manual_seed(noise_key(self.seeds[row], position))
+            uniform = torch.rand(vocab, generator=generator).clamp_min_(torch.finfo(torch.float32).tiny)
+            self._memo[key] = -(-uniform.log()).log()
+        return self._memo[key]
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def noise_key(seed: int, position: int) -> int:
+    """A 64-bit key from (seed, position): SplitMix64's finalizer over both, so that nearby
+    seeds and positions give unrelated streams."""
+    z = (seed * 0x9E3779B97F4A7C15 + position + 1) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
 
 
 def probabilities(logits: torch.Tensor, sampling: BatchSampling) -> torch.Tensor:
@@ -113,21 +147,22 @@ def _top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
-def sample_from(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF sampling: probs [..., V], uniforms [...] -> token ids [...]."""
-    cdf = probs.cumsum(dim=-1)
-    total = cdf[..., -1:]
-    target = (uniforms.unsqueeze(-1) * total).contiguous()
-    # The first index whose cdf exceeds the target: a zero-probability token is never picked, u = 0 included.
-    index = torch.searchsorted(cdf.contiguous(), target, side="right").squeeze(-1)
-    return index.clamp(max=probs.shape[-1] - 1)
-
-
-def next_tokens(logits: torch.Tensor, sampling: BatchSampling) -> torch.Tensor:
-    """logits [B, V] -> one token per row: argmax for greedy rows, a sample for the others."""
+def choices(
+    logits: torch.Tensor, sampling: BatchSampling, width: int | None = None, offset: int = 0
+) -> torch.Tensor:
+    """logits [B, T, V] -> the token each row takes at each of its T positions [B, T]: the
+    argmax for greedy rows, the Gumbel-max under the row's noise for the others. `width`:
+    the vocabulary the noise is drawn over (the target's, when a draft's logits are narrower);
+    `offset`: positions past the rows' `positions` (a drafter's j-th draft)."""
     argmax = logits.argmax(dim=-1)
     if sampling.all_greedy:
         return argmax
-    probs = probabilities(logits.unsqueeze(1), sampling).squeeze(1)
-    sampled = sample_from(probs, sampling.uniforms(1, logits.device).squeeze(1))
-    return torch.where(sampling.greedy.to(logits.device), argmax, sampled)
+    vocab = logits.shape[-1]
+    noise = sampling.noise(logits.shape[1], width or vocab, logits.device, offset)[..., :vocab]
+    sampled = (probabilities(logits, sampling).log() + noise).argmax(dim=-1)  # log 0 = -inf: never
+    return torch.where(sampling.greedy.to(logits.device).unsqueeze(1), argmax, sampled)
+
+
+def next_tokens(logits: torch.Tensor, sampling: BatchSampling) -> torch.Tensor:
+    """logits [B, V] -> one token per row, at each row's `positions`."""
+    return choices(logits.unsqueeze(1), sampling)[:, 0]

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -160,7 +161,7 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
 async def _learner(config: ServeConfig, runner: Runner, store: Store) -> tuple[Controller, FleetSync | None]:
     """The controller, with what the store (and the fleet, when pooling) learned before."""
     pooling = config.pools_with_fleet(store.engine.dialect.name)
-    host_id = config.host_id or socket.gethostname()
+    host_id = config.host_id or default_host_id(config.port)
     learning = LearningSettings().capped(runner.max_spec_tokens)
     # Hosts of a fleet explore in different orders, so that what they pool is not the same steps.
     seed = zlib.crc32(host_id.encode()) if pooling else 0
@@ -258,3 +259,11 @@ def _stall(engine: Engine) -> str | None:
         f"no engine step has completed for {waited:.0f} s with work pending "
         f"(stall_seconds {engine.config.stall_seconds:g}); restart the service"
     )
+
+
+def default_host_id(port: int) -> str:
+    """The machine's name and the port: daemons on one machine (one per GPU) bind different
+    ports, so each keeps its own rows, and a restart keeps its id. A daemon on an ephemeral
+    port gets a random suffix instead."""
+    suffix = str(port) if port else uuid.uuid4().hex[:8]
+    return f"{socket.gethostname()}:{suffix}"

@@ -20,12 +20,12 @@ from adaptivespec.controller.fleet import Tally, fold
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.server.thread_work import run_to_the_end
-from adaptivespec.store.fleet import FleetKey, FleetRepository
+from adaptivespec.store.fleet import DuplicateHostError, FleetKey, FleetRepository
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 60.0
-DatabaseState = Literal["ok", "unreachable"]
+DatabaseState = Literal["ok", "unreachable", "duplicate"]
 
 
 @dataclass(slots=True)
@@ -97,6 +97,10 @@ class FleetSync:
             try:
                 await self.sync()
                 self._succeeded()
+            except DuplicateHostError as exc:  # another live daemon took this id: pool no more
+                log.error("%s; this daemon goes on serving alone on what it pooled so far", exc)
+                self.status.state, self.status.since, self.status.error = "duplicate", time.time(), str(exc)
+                return
             except Exception as exc:  # the database is away: serve on, retry later
                 self._failed(exc)
 

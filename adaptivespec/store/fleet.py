@@ -28,6 +28,7 @@ from adaptivespec.controller.fleet import (
 )
 from adaptivespec.controller.probe_share import ProbeShare
 from adaptivespec.controller.sync_cadence import SyncCadence
+from adaptivespec.errors import AdaptiveSpecError
 from adaptivespec.store.models import (
     FleetAcceptanceTotal,
     FleetArmTotal,
@@ -61,7 +62,12 @@ class FleetRepository:
 
     def flush(self, key: FleetKey, changes: FleetTotals, steps: int, started_at: datetime) -> int:
         """Writes one host's changed totals, its host row and the pooled sums in one transaction;
-        returns the rows written."""
+        returns the rows written.
+
+        `started_at` tells daemons apart: the host row keeps the last flusher's. If another
+        daemon with this host id flushed after this one started, both are live under one id
+        and would overwrite each other's totals: DuplicateHostError, and nothing is written.
+        (A restart is not a duplicate: its earlier life flushed before it started.)"""
         host: dict[str, object] = {
             **_ids(key),
             "steps": steps,
@@ -69,7 +75,8 @@ class FleetRepository:
             "last_flush_at": _now(),
         }
         with Session(self.engine) as session, session.begin():
-            upsert(session, FleetHost, [host], keep=("started_at",))  # this host's flushes take turns
+            _claim(session, key, started_at)
+            upsert(session, FleetHost, [host])  # this host's flushes take turns
             before = _totals(session, key, only=changes)
             arms, arm_sums = _arm_rows(key, changes, before)
             positions, position_sums = _position_rows(key, changes, before)
@@ -138,6 +145,30 @@ class FleetRepository:
             )
             for r in rows
         ]
+
+
+class DuplicateHostError(AdaptiveSpecError):
+    """Another live daemon flushes under this host id."""
+
+
+def _claim(session: Session, key: FleetKey, started_at: datetime) -> None:
+    h = FleetHost
+    row = session.execute(
+        _mine(select(h.started_at, h.last_flush_at), h, key).with_for_update()
+    ).one_or_none()
+    if row is None or _utc(row.started_at) == _utc(started_at) or _utc(row.last_flush_at) < _utc(started_at):
+        return
+    raise DuplicateHostError(
+        f"host id {key.host_id!r} is in use by another live daemon of {key.model_key} on "
+        f"{key.hardware_key} (it flushed at {_utc(row.last_flush_at).isoformat()}, after this one "
+        "started); the two would overwrite each other's totals. Give each daemon its own "
+        "--host-id (ADAPTIVESPEC_HOST_ID), or stop the other one"
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes: they were written in UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _now() -> datetime:

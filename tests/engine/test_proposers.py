@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from adaptivespec.engine.proposers import NgramProposer
@@ -19,7 +20,17 @@ def _rows(*histories: list[int]) -> RowState:
 
 def _greedy(batch: int) -> BatchSampling:
     ones = torch.ones(batch)
-    return BatchSampling(ones, ones, ones.bool(), [], all_greedy=True, any_top_p=False)
+    flags = np.ones(batch, dtype=bool)
+    return BatchSampling(
+        ones,
+        ones,
+        ones.bool(),
+        [0] * batch,
+        np.zeros(batch, np.int64),
+        flags,
+        all_greedy=True,
+        any_top_p=False,
+    )
 
 
 def test_ngram_copies_what_followed_the_latest_match() -> None:
@@ -29,7 +40,6 @@ def test_ngram_copies_what_followed_the_latest_match() -> None:
         [8, 9, 1, 8, 9],  # only a 2-gram match, followed by "1 8 9"
     )
     proposal = NgramProposer(max_n=3, min_n=2).propose(rows, 3, 4, _greedy(3))
-    assert proposal.probs is None
     assert proposal.n_drafts.tolist() == [4, 0, 3]
     assert proposal.drafts[0].tolist() == [3, 4, 5, 6]
     assert proposal.drafts[2, :3].tolist() == [1, 8, 9]

@@ -1,90 +1,98 @@
-"""Speculative rejection sampling must reproduce the target's distribution exactly."""
+"""The coupled sampler: each token is an exact sample of the target's distribution, a draft
+is kept exactly when it equals the target's own choice, and the noise depends on nothing but
+(seed, position)."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from adaptivespec.engine.verification import accept_greedy, accept_rejection, greedy_prefix
+from adaptivespec.engine.sampling import BatchSampling, choices, noise_key
+from adaptivespec.engine.verification import kept_prefix, verify
 
 # Chi-square critical value for 4 degrees of freedom at significance 1e-6: a correct sampler
-# fails this bound about once in a million seeds; a biased one (off by 0.01) fails it always.
+# fails this bound about once in a million seeds; a biased one (off by 0.02) fails it always.
 CHI2_DF4_1E6 = 33.38
-TRIALS = 200_000
+TRIALS = 50_000  # a 2-point bias then gives a non-centrality of about 130: power ~1
 
 
 def _chi_square(samples: torch.Tensor, probs: torch.Tensor) -> float:
     counts = torch.bincount(samples, minlength=probs.numel()).double()
     expected = probs.double() * samples.numel()
-    return float(((counts - expected) ** 2 / expected).sum())
+    kept = expected > 0
+    assert counts[~kept].sum() == 0, "a token outside the distribution's support was drawn"
+    return float(((counts[kept] - expected[kept]) ** 2 / expected[kept]).sum())
 
 
-def _setup(seed: int) -> tuple[torch.Generator, torch.Tensor, torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    p0 = torch.tensor([0.40, 0.25, 0.20, 0.10, 0.05])
+def _sampling(
+    seeds: list[int], positions: list[int], temperature: float = 1.0, top_p: float = 1.0
+) -> BatchSampling:
+    n = len(seeds)
+    return BatchSampling(
+        torch.full((n,), temperature),
+        torch.full((n,), top_p),
+        torch.zeros(n, dtype=torch.bool),
+        seeds,
+        np.array(positions, dtype=np.int64),
+        np.zeros(n, dtype=bool),
+        all_greedy=False,
+        any_top_p=top_p < 1.0,
+    )
+
+
+P0 = torch.tensor([0.40, 0.25, 0.20, 0.10, 0.05])
+
+
+def _draw(probs: torch.Tensor, seeds: range, position: int = 7, top_p: float = 1.0) -> torch.Tensor:
+    logits = probs.log().expand(len(seeds), 1, -1)
+    return choices(logits, _sampling(list(seeds), [position] * len(seeds), top_p=top_p))[:, 0]
+
+
+def test_each_token_is_an_exact_sample_of_the_distribution() -> None:
+    drawn = _draw(P0, range(TRIALS))
+    assert _chi_square(drawn, P0) < CHI2_DF4_1E6
+    later = _draw(P0, range(TRIALS), position=8)  # another position: other noise, same law
+    assert _chi_square(later, P0) < CHI2_DF4_1E6
+    assert (drawn != later).float().mean() > 0.4
+
+
+def test_top_p_keeps_the_renormalised_nucleus() -> None:
+    drawn = _draw(P0, range(TRIALS), top_p=0.7)  # keeps 0.40, 0.25 and 0.20 (mass before < 0.7)
+    nucleus = torch.tensor([0.40, 0.25, 0.20, 0.0, 0.0]) / 0.85
+    assert _chi_square(drawn, nucleus) < CHI2_DF4_1E6
+
+
+def test_the_test_detects_a_biased_sampler() -> None:
+    """Guards the bound itself (its power): a sampler off by two points must fail it."""
+    biased = P0 + torch.tensor([0.02, -0.02, 0.0, 0.0, 0.0])
+    assert _chi_square(_draw(biased, range(TRIALS)), P0) > CHI2_DF4_1E6
+
+
+def test_a_deterministic_draft_is_kept_with_its_target_probability() -> None:
+    """Prompt lookup's drafts are fixed tokens: coupling keeps one with probability p(d),
+    exactly what rejection sampling does, and the kept tokens follow the target."""
+    seeds = list(range(TRIALS))
     p1 = torch.tensor([0.05, 0.15, 0.30, 0.30, 0.20])
-    q = torch.tensor([0.10, 0.50, 0.10, 0.20, 0.10])
-    return generator, p0, p1, q
-
-
-def test_first_token_follows_target_with_model_draft() -> None:
-    generator, p0, p1, q = _setup(1)
-    drafts = torch.multinomial(q.expand(TRIALS, -1), 2, replacement=True, generator=generator)  # [N, 2]
-    target = torch.stack([p0, p1, p1]).expand(TRIALS, -1, -1)  # [N, K+1, V]
-    draft_probs = q.expand(TRIALS, 2, -1)
-    uniforms = torch.rand(TRIALS, 3, generator=generator)
-    verdict = accept_rejection(target, draft_probs, drafts, torch.full((TRIALS,), 2), uniforms)
-    assert _chi_square(verdict.tokens[:, 0], p0) < CHI2_DF4_1E6
-    second = verdict.tokens[verdict.accepted >= 1, 1]
-    assert second.numel() > TRIALS // 4
-    assert _chi_square(second, p1) < CHI2_DF4_1E6
-
-
-def test_first_token_follows_target_with_deterministic_draft() -> None:
-    """The n-gram proposer's q is one-hot: accept with p(d), else sample p without d."""
-    generator, p0, p1, _ = _setup(2)
+    logits = torch.stack([P0, p1]).log().expand(TRIALS, -1, -1)  # [N, K+1, V]
     drafts = torch.full((TRIALS, 1), 1)
-    target = torch.stack([p0, p1]).expand(TRIALS, -1, -1)
-    uniforms = torch.rand(TRIALS, 2, generator=generator)
-    verdict = accept_rejection(target, None, drafts, torch.ones(TRIALS, dtype=torch.long), uniforms)
-    assert _chi_square(verdict.tokens[:, 0], p0) < CHI2_DF4_1E6
-    acceptance = verdict.accepted.double().mean().item()
-    assert abs(acceptance - p0[1].item()) < 0.005
+    chosen, kept = verify(logits, drafts, np.ones(TRIALS, dtype=np.int64), _sampling(seeds, [3] * TRIALS))
+    assert abs(kept.mean() - P0[1].item()) < 0.008  # 4 standard errors at 50,000 trials
+    assert _chi_square(torch.from_numpy(chosen[:, 0]), P0) < CHI2_DF4_1E6
+    assert _chi_square(torch.from_numpy(chosen[kept == 1, 1]), p1) < CHI2_DF4_1E6
 
 
-def test_rejection_test_detects_a_biased_sampler() -> None:
-    """Guards the bound itself: a sampler off by a few percent must fail it."""
-    generator, p0, _, _ = _setup(3)
-    biased = (p0 + torch.tensor([0.02, -0.02, 0.0, 0.0, 0.0])).expand(TRIALS, -1)
-    samples = torch.multinomial(biased, 1, generator=generator).squeeze(1)
-    assert _chi_square(samples, p0) > CHI2_DF4_1E6
+def test_noise_depends_on_seed_and_position_alone() -> None:
+    logits = torch.randn(3, 4, 50, generator=torch.Generator().manual_seed(0))
+    alone = choices(logits[1:2], _sampling([11], [20]))
+    batch = choices(logits, _sampling([5, 11, 99], [3, 20, 7]))
+    assert batch[1].tolist() == alone[0].tolist()
+    shifted = choices(logits[1:2, 1:], _sampling([11], [21]))  # the same positions, entered later
+    assert shifted[0].tolist() == alone[0, 1:].tolist()
+    keys = {noise_key(seed, position) for seed in range(64) for position in range(64)}
+    assert len(keys) == 64 * 64
 
 
-def test_greedy_accepts_the_matching_prefix_plus_one_bonus() -> None:
-    logits = torch.full((2, 4, 6), -1.0)
-    for pos, tok in enumerate([3, 1, 4, 5]):
-        logits[0, pos, tok] = 1.0
-        logits[1, pos, tok] = 1.0
-    drafts = torch.tensor([[3, 1, 2], [3, 1, 4]])
-    verdict = accept_greedy(logits, drafts, torch.tensor([3, 2]))
-    assert verdict.accepted.tolist() == [2, 2]
-    assert verdict.tokens[0, :3].tolist() == [3, 1, 4]  # 2 accepted, then the target's correction
-    assert verdict.tokens[1, :3].tolist() == [3, 1, 4]  # capped at n_drafts=2, then the bonus token
-
-
-def test_the_host_prefix_count_is_the_device_one() -> None:
-    """Greedy steps count the kept drafts on the host (`greedy_prefix`); every row of a random
-    batch, with drafts that match for a while and counts below K, must agree with the device."""
-    generator = torch.Generator().manual_seed(7)
-    logits = torch.randn(64, 5, 6, generator=generator)  # [B, K+1, V]
-    argmax = logits.argmax(dim=-1)
-    drafts = argmax[:, :4].clone()
-    wrong_from = torch.randint(0, 5, (64,), generator=generator)  # 4: every draft matches
-    for row, column in enumerate(wrong_from.tolist()):
-        drafts[row, column:] = (drafts[row, column:] + 1) % 6
-    n_drafts = torch.randint(0, 5, (64,), generator=generator)
-    device = accept_greedy(logits, drafts, n_drafts)
-    host = greedy_prefix(argmax.numpy(), drafts.numpy(), n_drafts.numpy())
-    assert host.tolist() == device.accepted.tolist()
-    assert len(set(host.tolist())) == 5  # every count from 0 to 4 occurs
-    for row, kept in enumerate(host.tolist()):  # what the step emits: the argmax prefix
-        assert argmax[row, : kept + 1].tolist() == device.tokens[row, : kept + 1].tolist()
+def test_the_kept_prefix_stops_at_the_first_difference_or_the_draft_count() -> None:
+    chosen = np.array([[3, 1, 4, 5], [3, 1, 4, 5], [7, 1, 4, 5]])
+    drafts = np.array([[3, 1, 2], [3, 1, 4], [3, 1, 4]])
+    assert kept_prefix(chosen, drafts, np.array([3, 2, 3])).tolist() == [2, 2, 0]

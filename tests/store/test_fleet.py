@@ -313,3 +313,32 @@ def test_thresholds_and_exports_read_what_the_fleet_learned(
     assert config["method"] == "draft_model" and config["speculative_token_schedule"][0][:2] == [1, 1]
     learned = {label: k for r in rows if r["ctx_bucket"] == "1-512" for label, k in r["k_by_bucket"].items()}
     assert learned["1"] == config["speculative_token_schedule"][0][2]
+
+
+def test_two_live_daemons_under_one_host_id_are_refused_a_restart_is_not(
+    repository: FleetRepository,
+) -> None:
+    from datetime import timedelta
+
+    from adaptivespec.store.fleet import DuplicateHostError
+
+    key = FleetKey("gpu-7", MODEL, HARDWARE)
+    first = datetime.now(UTC)
+    repository.flush(key, FleetTotals(), 0, first)
+    restarted = first + timedelta(seconds=1)  # the same daemon's next life: its last flush came before
+    time.sleep(1.1)
+    repository.flush(key, FleetTotals(), 0, restarted)
+    second = datetime.now(UTC)  # another daemon starts under the same id ...
+    repository.flush(key, FleetTotals(), 0, restarted)  # ... while the first one goes on flushing
+    with pytest.raises(DuplicateHostError, match="--host-id"):
+        repository.flush(key, FleetTotals(), 0, second)
+    other = FleetKey("gpu-7", MODEL, "sim:l4")  # the same id on another hardware key is another row
+    repository.flush(other, FleetTotals(), 0, second)
+
+
+def test_daemons_on_one_machine_get_their_own_host_ids() -> None:
+    from adaptivespec.server.app import default_host_id
+
+    assert default_host_id(8000) != default_host_id(8001)
+    assert default_host_id(8000) == default_host_id(8000)  # a restart keeps its rows
+    assert default_host_id(0) != default_host_id(0)
