@@ -174,7 +174,14 @@ async def _learner(config: ServeConfig, runner: Runner, store: Store) -> tuple[C
     if not pooling:
         return controller, None
     repository = FleetRepository(store.engine)
-    fleet = FleetSync(controller, repository, host_id, config.sync_cadence)
+    keys = (runner.model_key, runner.hardware_key)
+    fleet = FleetSync(
+        controller,
+        repository,
+        host_id,
+        config.sync_cadence,
+        operator_state=lambda: store.operator_state(*keys),
+    )
     await fleet.start()
     log.info("pooling with %d other hosts as %r", fleet.status.hosts, host_id)
     return controller, fleet

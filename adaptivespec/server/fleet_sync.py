@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from adaptivespec.controller import operator
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.fleet import Tally, fold
+from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.server.thread_work import run_to_the_end
@@ -26,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 60.0
 DatabaseState = Literal["ok", "unreachable", "duplicate"]
+OperatorState = tuple[bool, tuple[Override, ...]]  # frozen, overrides
 
 
 @dataclass(slots=True)
@@ -74,8 +78,13 @@ class FleetSync:
         repository: FleetRepository,
         host_id: str,
         cadence: SyncCadence,
+        operator_state: Callable[[], OperatorState | None] | None = None,
     ) -> None:
+        """`operator_state`: reads the freeze and overrides operators set on any host; each
+        refresh applies what another host changed since the last one (fleet-scoped controls)."""
         self.controller = controller
+        self.operator_state = operator_state
+        self._seen: OperatorState = (controller.frozen, controller.overrides)
         self.repository = repository
         self.key = FleetKey(host_id, controller.model_key, controller.hardware_key)
         self.cadence = cadence
@@ -133,11 +142,25 @@ class FleetSync:
         began = time.perf_counter()
         view = await asyncio.to_thread(self.repository.pooled, self.key, self.cadence.live_seconds)
         fold(self.controller, view)
+        if self.operator_state is not None:
+            self._adopt(await asyncio.to_thread(self.operator_state))
         self.status.refresh_seconds = time.perf_counter() - began
         self.status.last_refresh_at = time.time()
         self.status.hosts = view.hosts
         self.status.share = view.share
         self.status.pooled_steps = view.totals.steps
+
+    def _adopt(self, shared: OperatorState | None) -> None:
+        """Applies a freeze or overrides another host's operator set. Only a change of the shared
+        row since the last look counts: a change made here and not yet flushed is not undone."""
+        if shared is None or shared == self._seen:
+            return
+        self._seen = shared
+        frozen, overrides = shared
+        if frozen != self.controller.frozen:
+            operator.freeze(self.controller, frozen)
+        if overrides != self.controller.overrides:
+            operator.set_overrides(self.controller, overrides, reason="fleet: overrides")
 
     def _delay(self) -> float:
         if not self.status.failures:

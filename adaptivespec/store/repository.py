@@ -61,6 +61,7 @@ class Store:
         # The override set last read or written per (model, hardware): a flush rewrites it only
         # when this process changed it, so hosts of a fleet do not erase each other's overrides.
         self._overrides: dict[tuple[str, str], tuple[Override, ...]] = {}
+        self._frozen: dict[tuple[str, str], bool] = {}  # likewise, the freeze
         try:
             if migrate:
                 upgrade(self.engine)
@@ -104,7 +105,40 @@ class Store:
                 ),
             )
         self._overrides[(model_key, hardware_key)] = state.overrides
+        self._frozen[(model_key, hardware_key)] = state.frozen
         return state
+
+    def operator_state(self, model_key: str, hardware_key: str) -> tuple[bool, tuple[Override, ...]] | None:
+        """The freeze and overrides operators set for this (model, hardware), on any host of the
+        fleet: what a pooling host applies on refresh. None before anything was saved."""
+        with Session(self.engine) as session:
+            policy = session.scalar(_keyed(select(PolicyState), PolicyState, model_key, hardware_key))
+            if policy is None:
+                return None
+            rows = session.scalars(
+                _keyed(select(OverrideRow), OverrideRow, model_key, hardware_key).order_by(OverrideRow.id)
+            )
+            overrides = tuple(Override(r.kind, r.k, r.ctx_bucket, r.batch_bucket) for r in rows)
+        keys = (model_key, hardware_key)
+        self._frozen[keys], self._overrides[keys] = bool(policy.frozen), overrides
+        return bool(policy.frozen), overrides
+
+    def _policy_row(self, session: Session, state: ControllerState, now: datetime) -> dict[str, object]:
+        """The shared policy row: the version never goes back (hosts of a fleet count their own
+        versions), and the freeze is written only when this process changed it (an operator's
+        action here), so that one host's flush never undoes a freeze set on another."""
+        keys = (state.model_key, state.hardware_key)
+        stored = session.scalar(_keyed(select(PolicyState), PolicyState, *keys).with_for_update())
+        row: dict[str, object] = {
+            "version": max(state.version, stored.version if stored else 0),
+            "updated_at": now,
+        }
+        if stored is None or self._frozen.get(keys, bool(stored.frozen)) != state.frozen:
+            row["frozen"] = int(state.frozen)
+        else:
+            row["frozen"] = int(stored.frozen)
+        self._frozen[keys] = bool(row["frozen"])
+        return row
 
     @staticmethod
     def _cells(session: Session, model_key: str, hardware_key: str) -> tuple[CellState, ...]:
@@ -142,11 +176,7 @@ class Store:
         now = datetime.now(UTC)
         with Session(self.engine) as session, session.begin():
             key = {"model_key": keys[0], "hardware_key": keys[1]}
-            upsert(
-                session,
-                PolicyState,
-                [key | {"version": state.version, "frozen": int(state.frozen), "updated_at": now}],
-            )
+            upsert(session, PolicyState, [key | self._policy_row(session, state, now)])
             upsert(session, Decision, [key | _decision(cell, state.version, now) for cell in state.cells])
             upsert(
                 session,

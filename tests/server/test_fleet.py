@@ -214,3 +214,38 @@ async def test_the_dashboard_queries_only_metrics_the_daemon_exports(
     titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
     for shown in ("k per bucket", "acceptance", "goodput", "step time", "database"):
         assert shown in titles
+
+
+async def test_a_freeze_and_overrides_are_fleet_wide_and_no_flush_undoes_them(
+    aiohttp_client: Any, tmp_path: Path, postgres_url: str
+) -> None:
+    """Operator controls are the fleet's: set on one host, they reach the others on refresh,
+    and the others' periodic flushes never write them back; the shared version never goes back."""
+    a = await aiohttp_client(create_app(_fleet_config(tmp_path / "a", postgres_url, "gpu-a")))
+    b = await aiohttp_client(create_app(_fleet_config(tmp_path / "b", postgres_url, "gpu-b")))
+    controllers = [c.app[SERVICES].controller for c in (a, b)]
+    await asyncio.gather(_serve_load(a, requests=4, tokens=60), _serve_load(b, requests=4, tokens=60))
+    assert (await a.post("/admin/freeze", json={"frozen": True}, headers=AUTH)).status == 200
+    pin = {"kind": "pin", "k": 2, "batch_bucket": 0}
+    assert (await a.post("/admin/overrides", json=pin, headers=AUTH)).status == 200
+    await _wait_until(lambda: controllers[1].frozen and len(controllers[1].overrides) == 1)
+    before = _policy_row(postgres_url)
+    await _serve_load(b, requests=4, tokens=60)  # b serves on, and flushes many times
+    await asyncio.sleep(0.5)
+    after = _policy_row(postgres_url)
+    assert before[0] == after[0] == 1 and controllers[0].frozen  # b never wrote the freeze back
+    assert after[1] >= before[1]  # the version never goes back, whichever host flushed last
+    assert (await a.post("/admin/freeze", json={"frozen": False}, headers=AUTH)).status == 200
+    await _wait_until(lambda: not controllers[1].frozen)
+    await a.close()
+    await b.close()
+
+
+def _policy_row(url: str) -> tuple[int, int]:
+    store = Store(url, migrate=False)
+    try:
+        with store.engine.connect() as connection:
+            frozen, version = connection.execute(text("SELECT frozen, version FROM policy_state")).one()
+    finally:
+        store.close()
+    return int(frozen), int(version)
