@@ -31,14 +31,11 @@ same schedule order.
 from __future__ import annotations
 
 import argparse
-import heapq
+import functools
 import json
 import sys
-import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +44,15 @@ from tqdm import tqdm
 
 from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.control import sim_scenario
+from adaptivespec.bench.fleet_hosts import Database, FleetRun, Host, VirtualTime, clocked
 from adaptivespec.bench.fleet_report import print_run, print_summary, summarise_seeds
 from adaptivespec.bench.learning_metrics import WINDOW, steps_to_match
 from adaptivespec.bench.oracle import ORACLE_ARMS, Oracle, oracle_from_sweep, ratio_to_oracle, summarise
 from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
-from adaptivespec.controller.fleet import Tally, fold
+from adaptivespec.controller.fleet import Tally
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.controller.sync_cadence import SyncCadence
-from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
 from adaptivespec.sim.loop import PhaseResult, SimLoop
@@ -113,30 +110,13 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     fleet.add_argument(
         "--window", type=int, default=WINDOW, help=f"steps of rolling goodput (default {WINDOW})"
     )
+    fleet.add_argument(
+        "--db-latency-ms",
+        type=float,
+        default=2.0,
+        help="virtual milliseconds each database call takes each way (default 2)",
+    )
     fleet.add_argument("--json", type=Path, default=None)
-
-
-@dataclass(slots=True)
-class _Host:
-    index: int
-    controller: Controller
-    order: list[int]
-    key: FleetKey
-    results: list[PhaseResult] = field(default_factory=list)
-    clock: float = 0.0  # virtual seconds of decode steps
-    next_tick: float = 0.0
-    last_flush: float | None = None
-    last_refresh: float | None = None
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-
-@dataclass(slots=True)
-class _Database:
-    """What the hosts' flushes and refreshes cost, in wall time, and how many rows they wrote."""
-
-    flush_ms: list[float] = field(default_factory=list)
-    refresh_ms: list[float] = field(default_factory=list)
-    rows: int = 0
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -179,12 +159,13 @@ def _run_seed(args: argparse.Namespace, cadence: SyncCadence) -> dict[str, Any]:
         run_key = f"{loop.model_key} (bench fleet {uuid.uuid4().hex[:8]})"
         store = Store(args.db)
         try:
-            repository = FleetRepository(store.engine)
+            clock = VirtualTime()
+            repository = FleetRepository(store.engine, now=clock.now)
+            together = functools.partial(_phase_done, loop=loop) if args.stagger == "none" else None
+            run = FleetRun(repository, clock, cadence, args.db_latency_ms / 1000, together)
             plan = list(zip(orders, starts, strict=True))
-            together = args.stagger == "none"
-            fleet, database, seconds = _fleet(
-                loops, cadence, run_key, repository, bar, plan=plan, together=together
-            )
+            fleet, seconds = _fleet(loops, run, run_key, bar, plan)
+            database = run.database
         finally:
             store.close()
     report = {
@@ -196,6 +177,7 @@ def _run_seed(args: argparse.Namespace, cadence: SyncCadence) -> dict[str, Any]:
         "refresh_seconds": args.refresh_seconds,
         "learning_sync_seconds": args.learning_sync_seconds,
         "young_cell_steps": args.young_cell_steps,
+        "db_latency_ms": args.db_latency_ms,  # modelled, each way, on the virtual clock
         "window": args.window,
         "levels": [phase.concurrency for phase in workload.load],  # the load levels, in order
         **_learning(lone, fleet, oracles, args.window),
@@ -218,9 +200,7 @@ def _oracle(loop: SimLoop, bar: tqdm[Any]) -> _HostOracle:
     return _HostOracle(oracle, _targets(sweep, oracle, loop))
 
 
-def _learning(
-    lone: list[_Host], fleet: list[_Host], oracles: list[_HostOracle], window: int
-) -> dict[str, Any]:
+def _learning(lone: list[Host], fleet: list[Host], oracles: list[_HostOracle], window: int) -> dict[str, Any]:
     """Each host, lone or in the fleet, against the oracle on its own requests."""
     lone_levels = [_steps_by_level(h.results, h.order, oracles[h.index].targets, window) for h in lone]
     fleet_levels = [_steps_by_level(h.results, h.order, oracles[h.index].targets, window) for h in fleet]
@@ -246,7 +226,7 @@ def _learning(
     }
 
 
-def _database_costs(database: _Database, seconds: float) -> dict[str, Any]:
+def _database_costs(database: Database, seconds: float) -> dict[str, Any]:
     refresh = database.refresh_ms or [0.0]
     return {
         "db_writes_per_s": len(database.flush_ms) / seconds,
@@ -282,105 +262,40 @@ def _steps_by_level(
     return steps
 
 
-def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> _Host:
+def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> Host:
     controller = Controller(loop.model_key, loop.hardware_key, ControllerConfig(seed=index))
-    host = _Host(index, controller, order, FleetKey(f"lone-{index}", loop.model_key, loop.hardware_key))
-    host.results = loop.run(host.controller.live, _clocked(host), bar.update, order)
+    host = Host(index, controller, order, FleetKey(f"lone-{index}", loop.model_key, loop.hardware_key))
+    host.results = loop.run(host.controller.live, clocked(host), bar.update, order)
     return host
 
 
 def _fleet(
     loops: list[SimLoop],
-    cadence: SyncCadence,
+    run: FleetRun,
     run_key: str,
-    repository: FleetRepository,
     bar: tqdm[Any],
-    *,
     plan: list[tuple[list[int], float]],
-    together: bool,
-) -> tuple[list[_Host], _Database, float]:
+) -> tuple[list[Host], float]:
     """`loops`: each host's requests; `plan`: each host's phase order and the virtual second it
-    starts at; `together`: every phase starts on all hosts at once."""
-    database = _Database()
+    starts at."""
     hosts = []
     loop = loops[0]
     for h, (order, start) in enumerate(plan):
         controller = Controller(run_key, loop.hardware_key, ControllerConfig(seed=h))
-        host = _Host(h, controller, order, FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
+        host = Host(h, controller, order, FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
         host.clock = host.next_tick = start
-        controller.tally = Tally(repository.own(host.key))
+        controller.tally = Tally(run.repository.own(host.key))
         hosts.append(host)
-    for host in hosts:  # each daemon says it is live before its first step (`FleetSync.start`)
-        _flush(host, repository, database)
-    for host in hosts:
-        _refresh(host, repository, database, cadence)
     steppers = {
-        h.index: loops[h.index].stepping(h.controller.live, h.results, _clocked(h), None, h.order)
+        h.index: loops[h.index].stepping(h.controller.live, h.results, clocked(h), None, h.order)
         for h in hosts
     }
-    queue = [(h.clock, h.index) for h in hosts]
-    waiting: list[_Host] = []  # done with their phase, until every host is
-    while queue:
-        _, index = heapq.heappop(queue)
-        host = hosts[index]
-        if next(steppers[index], StopIteration) is not StopIteration:
-            bar.update(1)
-            _sync(host, repository, database, cadence)
-            if together and _phase_done(host, loop):
-                waiting.append(host)
-            else:
-                heapq.heappush(queue, (host.clock, index))
-        if waiting and not queue:  # the next load level reaches every host at the same second
-            start = max(h.clock for h in waiting)
-            for waiter in waiting:
-                waiter.clock = start
-                heapq.heappush(queue, (start, waiter.index))
-            waiting = []
-    for host in hosts:  # the last totals, as a daemon's shutdown flush writes them
-        _flush(host, repository, database)
-    return hosts, database, max(h.clock for h in hosts)
+    return hosts, run.run(hosts, steppers, bar.update)
 
 
-def _phase_done(host: _Host, loop: SimLoop) -> bool:
+def _phase_done(host: Host, loop: SimLoop) -> bool:
     current = len(host.results) - 1
     return host.results[current].steps == loop.workload.load[host.order[current]].steps
-
-
-def _clocked(host: _Host) -> Callable[[StepTelemetry], None]:
-    def on_step(record: StepTelemetry) -> None:
-        host.clock += record.step_seconds
-        host.controller.ingest(record)
-
-    return on_step
-
-
-def _sync(host: _Host, repository: FleetRepository, database: _Database, cadence: SyncCadence) -> None:
-    """What `FleetSync.sync` does every tick, on the host's virtual clock."""
-    if host.clock < host.next_tick:
-        return
-    host.next_tick = host.clock + cadence.tick_seconds
-    due = cadence.due(host.controller, host.clock, host.last_flush, host.last_refresh)
-    if due.flush:
-        _flush(host, repository, database)
-        host.last_flush = host.clock
-    if due.refresh:
-        _refresh(host, repository, database, cadence)
-
-
-def _refresh(host: _Host, repository: FleetRepository, database: _Database, cadence: SyncCadence) -> None:
-    began = time.perf_counter()
-    fold(host.controller, repository.pooled(host.key, cadence.live_seconds))
-    database.refresh_ms.append((time.perf_counter() - began) * 1000)
-    host.last_refresh = host.clock
-
-
-def _flush(host: _Host, repository: FleetRepository, database: _Database) -> None:
-    tally = host.controller.tally
-    if tally is None:
-        return
-    began = time.perf_counter()
-    database.rows += repository.flush(host.key, tally.take_changes(), tally.all_steps, host.started_at)
-    database.flush_ms.append((time.perf_counter() - began) * 1000)
 
 
 def _latency(samples: list[float]) -> dict[str, float]:

@@ -11,6 +11,7 @@ never summed in.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -57,8 +58,10 @@ class HostRow:
 
 
 class FleetRepository:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, now: Callable[[], datetime] | None = None) -> None:
+        """`now`: the clock of timestamps and liveness; the wall clock, or a bench's virtual one."""
         self.engine = engine
+        self._now = now or _now
 
     def flush(self, key: FleetKey, changes: FleetTotals, steps: int, started_at: datetime) -> int:
         """Writes one host's changed totals, its host row and the pooled sums in one transaction;
@@ -72,7 +75,7 @@ class FleetRepository:
             **_ids(key),
             "steps": steps,
             "started_at": started_at,
-            "last_flush_at": _now(),
+            "last_flush_at": self._now(),
         }
         with Session(self.engine) as session, session.begin():
             _claim(session, key, started_at)
@@ -99,7 +102,7 @@ class FleetRepository:
         a, p, h = FleetPooledArm, FleetPooledAcceptance, FleetHost
         arm_sums = _of(select(a.ctx_bucket, a.batch_bucket, a.k, a.hosts, *_arm_sums(a)), a, key)
         position_sums = _of(select(p.ctx_bucket, p.position, p.kept, p.at_risk), p, key)
-        live = h.last_flush_at >= _now() - timedelta(seconds=live_seconds)
+        live = h.last_flush_at >= self._now() - timedelta(seconds=live_seconds)
         host_counts = (  # other hosts; those of them live; those live whose ids sort before this one
             func.count(),
             func.count().filter(live),

@@ -106,3 +106,40 @@ def test_bench_fleet_needs_two_different_seeds_to_judge_means(
     assert main([*args, "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--seeds", seeds]) == 2
     assert "--seeds needs two or more different seeds, each once" in capsys.readouterr().err
     assert not (tmp_path / "f.db").exists()  # refused before anything ran
+
+
+def test_bench_fleet_runs_on_virtual_time_whatever_the_machines_speed(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which hosts are live, and when a flush or refresh lands, is read on the virtual clock:
+    a database (or a machine) several times slower gives the very same learning."""
+    import time
+
+    args = ["bench", "fleet", "--hosts", "2", "--db", postgres_url, "--hardware", "l4", "--seed", "3"]
+    args += ["--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--steps-per-bucket", "12"]
+    args += ["--refresh-seconds", "0.5", "--window", "10"]
+
+    def learned(name: str) -> dict[str, object]:
+        out = tmp_path / name
+        assert main([*args, "--json", str(out)]) == 0
+        report = json.loads(out.read_text())
+        return {key: report[key] for key in ("lone", "lone_per_host", "fleet", "holds")}
+
+    quick = learned("quick.json")
+    real_flush, real_pooled = FleetRepository.flush, FleetRepository.pooled
+
+    def slow_flush(self: FleetRepository, *a: object, **k: object) -> int:
+        time.sleep(0.004)
+        return real_flush(self, *a, **k)  # type: ignore[arg-type]
+
+    def slow_pooled(self: FleetRepository, *a: object, **k: object) -> object:
+        time.sleep(0.004)
+        return real_pooled(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FleetRepository, "flush", slow_flush)
+    monkeypatch.setattr(FleetRepository, "pooled", slow_pooled)
+    assert learned("slow.json") == quick
+    store = Store(postgres_url, migrate=False)
+    hosts = [h for h in FleetRepository(store.engine).hosts() if h.host_id.startswith("bench-host")]
+    store.close()
+    assert hosts and all(h.last_flush_at.startswith("2026-01-01") for h in hosts)  # virtual seconds
