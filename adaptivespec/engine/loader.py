@@ -22,7 +22,13 @@ from adaptivespec.config import EngineConfig, parse_size
 from adaptivespec.engine.attention import attention_implementation, check_supported
 from adaptivespec.engine.cached_model import ForwardClock
 from adaptivespec.engine.compiled_forward import compile_time_note, compiled_graphs
-from adaptivespec.engine.hardware import hardware_key, resolve_device, resolve_dtype, set_threads
+from adaptivespec.engine.hardware import (
+    hardware_key,
+    resolve_device,
+    resolve_dtype,
+    set_threads,
+    usable_cpus,
+)
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.kv_budget import KVPlan, default_budget, plan
 from adaptivespec.engine.kvcache import CacheShape
@@ -130,7 +136,10 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     models = config.models
     device = resolve_device(models.device)
     dtype = resolve_dtype(models.dtype, device)
-    set_threads(config.threads)  # before the hardware key, which names the thread count
+    threads = set_threads(config.threads)  # before the hardware key, which names the thread count
+    if device.type == "cpu":
+        capability = torch.backends.cpu.get_cpu_capability()
+        announce(progress, f"torch threads: {threads} of {usable_cpus()} usable CPUs ({capability})")
     if device.type == "cpu":
         # transformers otherwise expands GQA KV heads on masked multi-token passes (~3x a T=1 step).
         os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")

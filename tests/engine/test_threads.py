@@ -23,14 +23,17 @@ def torch_threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def test_threads_default_to_the_usable_cpus_and_can_be_set(tiny_pair: TinyPair, torch_threads: None) -> None:
+def test_threads_default_to_the_usable_cpus_and_can_be_set(
+    tiny_pair: TinyPair, torch_threads: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = engine_config(tiny_pair, proposer="ngram")
     torch.set_num_threads(7)  # whatever ran before must not leak into the engine
     loaded = load_runner(config, progress=False)
     assert torch.get_num_threads() == usable_cpus()
     assert loaded.runner.hardware_key.endswith(f":{usable_cpus()}")
-    loaded = load_runner(replace(config, threads=1), progress=False)
+    loaded = load_runner(replace(config, threads=1), progress=True)
     assert torch.get_num_threads() == 1 and loaded.runner.hardware_key.endswith(":1")
+    assert f"torch threads: 1 of {usable_cpus()} usable CPUs" in capsys.readouterr().err  # said at start
 
 
 def test_threads_come_from_flags_and_environment() -> None:
