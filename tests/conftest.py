@@ -6,8 +6,9 @@ agree only partly: enough to exercise both acceptance and rejection.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -118,3 +119,12 @@ def own_postgres() -> Iterator[postgres.Cluster]:
         yield cluster
     finally:
         cluster.remove()
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Polls `condition` on the running event loop until it holds; fails after `timeout` s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)

@@ -17,7 +17,7 @@ from adaptivespec.engine.runner import DecodeOutput, Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.server.systemd import Notifier
 
-from ..conftest import TinyPair, engine_config
+from ..conftest import TinyPair, engine_config, wait_until
 
 
 class BlockingRunner:
@@ -34,13 +34,6 @@ class BlockingRunner:
     def decode(self, batch: int, k: int) -> DecodeOutput:
         self.gate.wait()
         return self._runner.decode(batch, k)
-
-
-async def _until(condition: Any, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 async def test_a_blocked_step_stops_the_watchdog(tiny_pair: TinyPair, tiny_models: LoadedModels) -> None:
@@ -61,7 +54,7 @@ async def test_a_blocked_step_stops_the_watchdog(tiny_pair: TinyPair, tiny_model
             stream = engine.submit("def add", SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True))
             await anext(stream)  # the prefill's token; the decode step after it blocks
             assert engine.healthy
-            await _until(lambda: not engine.healthy)
+            await wait_until(lambda: not engine.healthy)
             assert engine.stalled_for > 0.3
             await asyncio.wait_for(watchdog, timeout=5)  # the petting stopped
             pings = 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +9,8 @@ from adaptivespec.config import EngineConfig
 from adaptivespec.server.app import create_app
 from adaptivespec.server.state import SERVICES
 
+from ..conftest import wait_until
 from .conftest import sim_config
-
-
-async def _until(condition: Any, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 async def test_prompts_queued_before_a_refusal_are_aborted(aiohttp_client: Any, tmp_path: Path) -> None:
@@ -32,7 +25,7 @@ async def test_prompts_queued_before_a_refusal_are_aborted(aiohttp_client: Any, 
     # for a reader that will never come.
     assert all(s.aborted for s in engine.scheduler.waiting)
     busy.close()
-    await _until(lambda: not engine.scheduler.has_work)
+    await wait_until(lambda: not engine.scheduler.has_work)
 
 
 async def test_requests_leave_no_handle_behind(aiohttp_client: Any, tmp_path: Path) -> None:
@@ -43,7 +36,7 @@ async def test_requests_leave_no_handle_behind(aiohttp_client: Any, tmp_path: Pa
     streamed = await client.post("/v1/completions", json={"prompt": "x", "max_tokens": 3000, "stream": True})
     await streamed.content.readline()
     streamed.close()  # the client goes away mid-stream
-    await _until(lambda: not engine.scheduler.has_work)
+    await wait_until(lambda: not engine.scheduler.has_work)
     for request_id in [f"req-{n}" for n in range(1, 4)]:
         engine.abort(request_id)  # ids that ended are no-ops, never errors
     assert not engine.scheduler.has_work
