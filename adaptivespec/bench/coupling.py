@@ -67,12 +67,19 @@ def _measure(args: argparse.Namespace, target_dir: Path, draft_dir: Path) -> Non
             gumbel = -(-uniform.log()).log()
             agree += ((p.log() + gumbel).argmax(-1) == (q.log() + gumbel).argmax(-1)).float()
         coupled = agree / args.draws
+        # Inverse-CDF coupling: one uniform u per position, each side takes the token whose CDF
+        # interval holds u; they agree with the summed overlap of the two tokens' intervals.
+        fp, fq = p.cumsum(-1), q.cumsum(-1)
+        low = torch.maximum(fp - p, fq - q)
+        inverse_cdf = (torch.minimum(fp, fq) - low).clamp_min(0).sum(-1)
         row = {
             "temperature": temperature,
             "positions": int(p.shape[0]),
             "rejection_acceptance": float((1 - tv).mean()),
             "coupled_acceptance": float(coupled.mean()),
             "coupled_over_rejection": float(coupled.mean() / (1 - tv).mean()),
+            "inverse_cdf_acceptance": float(inverse_cdf.mean()),
+            "inverse_cdf_over_rejection": float(inverse_cdf.mean() / (1 - tv).mean()),
             "lower_bound_acceptance": float(((1 - tv) / (1 + tv)).mean()),
             "median_tv": statistics.median(tv.tolist()),
         }
@@ -80,7 +87,8 @@ def _measure(args: argparse.Namespace, target_dir: Path, draft_dir: Path) -> Non
         print(
             f"T={temperature:.2f}: rejection keeps {row['rejection_acceptance']:.3f} of drafts, coupling "
             f"{row['coupled_acceptance']:.3f} ({row['coupled_over_rejection']:.3f}x; bound "
-            f"{row['lower_bound_acceptance']:.3f}) over {row['positions']} positions"
+            f"{row['lower_bound_acceptance']:.3f}); inverse-CDF coupling {row['inverse_cdf_acceptance']:.3f} "
+            f"over {row['positions']} positions"
         )
     report = {"machine": machine(), "pair": "demo", "draws": args.draws, "rows": rows}
     if args.json is not None:

@@ -1,14 +1,15 @@
 """Sampling parameters and the coupled sampler the runner applies to a whole batch.
 
 A sampled token is the Gumbel-max of the row's (temperature- and top-p-adjusted) log
-probabilities under noise drawn from (the request's seed, the token's position) alone: a
-counter-based draw that depends on nothing else. So the token at a position is the same
-whatever else shares the batch, whatever K the controller picks, and whether it was proposed
-by a drafter or sampled by the target: a draft is kept when it equals the target's own
-Gumbel-max token, and the output equals the K = 0 output token for token. Each token is an
-exact sample of the target's distribution (the Gumbel-max trick), so the text is distributed
-exactly as the target's. A draft model proposes the Gumbel-max of its own distribution under
-the same noise, which is what makes its drafts agree when the two distributions do.
+probabilities, computed as an exponential race (argmax p / E), under noise drawn from (the
+request's seed, the token's position) alone: a counter-based draw that depends on nothing
+else. So the token at a position is the same whatever else shares the batch, whatever K the
+controller picks, and whether it was proposed by a drafter or sampled by the target: a draft
+is kept when it equals the target's own Gumbel-max token, and the output equals the K = 0
+output token for token. Each token is an exact sample of the target's distribution (the
+Gumbel-max trick), so the text is distributed exactly as the target's. A draft model proposes
+the Gumbel-max of its own distribution under the same noise, which is what makes its drafts
+agree when the two distributions do.
 """
 
 from __future__ import annotations
@@ -99,22 +100,23 @@ class BatchSampling:
     _memo: dict[tuple[int, int, int], torch.Tensor] = field(default_factory=dict)  # one step's noise
 
     def noise(self, width: int, vocab: int, device: torch.device, offset: int = 0) -> torch.Tensor:
-        """[B, width, vocab] Gumbel noise: row r, column j from (seeds[r], positions[r] + offset + j)
-        alone.
-        Greedy rows get zeros (their tokens are argmaxes). Drawn on the host's generator, the
-        same on every device; a step's drafter and verifier share what they both draw."""
-        out = torch.zeros(len(self.seeds), width, vocab)
+        """[B, width, vocab] Exp(1) draws: row r, column j from (seeds[r], positions[r] + offset + j)
+        alone. The token argmax(p / E) is the Gumbel-max of log p (-log E is Gumbel), for one
+        logarithm per token instead of two. Greedy rows get ones (their tokens are argmaxes).
+        Drawn on the host's generator, the same on every device; a step's drafter and verifier
+        share what they both draw."""
+        out = torch.ones(len(self.seeds), width, vocab)
         for row in np.flatnonzero(~self.host_greedy):
             for j in range(width):
-                out[row, j] = self._gumbel(int(row), int(self.positions[row]) + offset + j, vocab)
+                out[row, j] = self._exponential(int(row), int(self.positions[row]) + offset + j, vocab)
         return out.to(device, non_blocking=True)
 
-    def _gumbel(self, row: int, position: int, vocab: int) -> torch.Tensor:
+    def _exponential(self, row: int, position: int, vocab: int) -> torch.Tensor:
         key = (row, position, vocab)
         if key not in self._memo:
             generator = torch.Generator().manual_seed(noise_key(self.seeds[row], position))
             uniform = torch.rand(vocab, generator=generator).clamp_min_(torch.finfo(torch.float32).tiny)
-            self._memo[key] = -(-uniform.log()).log()
+            self._memo[key] = uniform.log_().neg_()
         return self._memo[key]
 
 
@@ -158,8 +160,8 @@ def choices(
     if sampling.all_greedy:
         return argmax
     vocab = logits.shape[-1]
-    noise = sampling.noise(logits.shape[1], width or vocab, logits.device, offset)[..., :vocab]
-    sampled = (probabilities(logits, sampling).log() + noise).argmax(dim=-1)  # log 0 = -inf: never
+    races = sampling.noise(logits.shape[1], width or vocab, logits.device, offset)[..., :vocab]
+    sampled = (probabilities(logits, sampling) / races).argmax(dim=-1)  # p = 0: never picked
     return torch.where(sampling.greedy.to(logits.device).unsqueeze(1), argmax, sampled)
 
 
