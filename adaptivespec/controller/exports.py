@@ -1,22 +1,29 @@
 """A learned K table in the config formats of the engines operators already run.
 
-The rules below are those of the upstream sources as read for shared/ANCHORS.md (turn 3,
-2026-12-02); none of these engines imports without a GPU here, so each rule is checked by our
-own `check_*` function, not by the engine's parser.
+Where the rules come from:
+- vLLM 0.33.0 (the newest release on PyPI): `vllm/v1/spec_decode/dynamic/utils.py` validates
+  and expands the three-item schedule, and CI runs our exports through that very module
+  (tests/controller/test_exports.py). Its `SpeculativeConfig` names the field
+  `num_speculative_tokens_per_batch_size` and forbids unknown fields.
+- vLLM main (shared/ANCHORS.md, 2026-12-02): the field is renamed `speculative_token_schedule`
+  (the old name warns), and the five-item context form (PR #48944) is merged.
+- SGLang 0.5.23: `sglang/srt/speculative/adaptive_spec_params.py` (`_load_adaptive_config`,
+  `_find_closest_bs`), read from its wheel; it does not import without its GPU stack, so
+  `check_sglang` restates its rules.
 
 - vLLM `--speculative-config`: `method` with its own keys (`ngram`: `prompt_lookup_min/max`;
-  `draft_model`: `model`), `num_speculative_tokens`, and `speculative_token_schedule` (the
-  field `num_speculative_tokens_per_batch_size` was renamed; the old name warns). Three-item
-  entries `[start_bs, end_bs, K]`, inclusive, from 1, no overlap, 0 <= K <=
-  `num_speculative_tokens`; past the last range, the last K. The five-item form
-  `[bs_lo, bs_hi, ctx_lo, ctx_hi, K]` (PR #48944, merged) needs the same batch ranges in
-  every context bucket.
+  `draft_model`: `model`), `num_speculative_tokens`, and the schedule, under main's name by
+  default (`field` picks the release's). Three-item entries `[start_bs, end_bs, K]`,
+  inclusive, from 1, no overlap, K >= 0 (vLLM clamps it to `num_speculative_tokens`); a gap
+  and the tail carry the previous K. The five-item form `[bs_lo, bs_hi, ctx_lo, ctx_hi, K]`
+  needs the same batch ranges in every context bucket.
 - TensorRT-LLM `draft_len_schedule` (PR #10860): batch-size upper bound -> K; sizes above the
   largest key run K = 0. Its validator also wants key 1 present and equal to `max_draft_len`,
   and every K <= `max_draft_len`.
-- SGLang `--speculative-adaptive-config FILE`: keyed by the batch size a tier starts at,
-  `{"strategy": "ema", "1": {"candidate_steps": [...]}, "17": {...}}`; it chooses among a
-  tier's candidate steps from an EMA of the accept length; 0 is allowed as a step.
+- SGLang `--speculative-adaptive-config FILE`: integer-string keys, each the batch size a
+  tier starts at (a batch, padded to a CUDA-graph size, takes the largest key at or below
+  it), `{"1": {"candidate_steps": [...]}, "17": {...}}`; other keys are ignored; steps are
+  integers >= 0 (0: off); it chooses among a tier's steps from an EMA of the accept length.
 
 Adjacent buckets with the same K merge into one range; a bucket that was never visited takes
 the K of the visited bucket below it (vLLM's own rule for gaps), so ranges are contiguous.
@@ -96,16 +103,25 @@ def method_keys(model_key: str | None) -> tuple[dict[str, object], list[str]]:
     return {}, ['the proposer is unknown: add "method" (and its keys) beside the schedule']
 
 
-def vllm(table: KTable, model_key: str | None = None) -> tuple[dict[str, object], list[str]]:
+MAIN_FIELD = "speculative_token_schedule"  # vLLM main
+RELEASED_FIELD = "num_speculative_tokens_per_batch_size"  # vLLM 0.33.0, the newest release
+VLLM_FIELDS = (MAIN_FIELD, RELEASED_FIELD)
+
+
+def vllm(
+    table: KTable, model_key: str | None = None, field: str = MAIN_FIELD
+) -> tuple[dict[str, object], list[str]]:
     """The `--speculative-config` JSON, and what the operator must still fill in."""
     method, notes = method_keys(model_key)
     schedule = [[r.lo, r.hi, r.k] for r in table.ranges]
     check_vllm(schedule, max(1, table.max_k))
-    return {
-        **method,
-        "num_speculative_tokens": max(1, table.max_k),
-        "speculative_token_schedule": schedule,
-    }, notes
+    if field == MAIN_FIELD:
+        notes.append(
+            f"{MAIN_FIELD} is vLLM main's name; vLLM 0.33.0 (the newest release) refuses it and "
+            f"wants {RELEASED_FIELD}: export with --vllm-field {RELEASED_FIELD} for it"
+        )
+    top = max(1, table.max_k)
+    return {**method, "num_speculative_tokens": top, field: schedule}, notes
 
 
 def vllm_with_context(
@@ -124,6 +140,7 @@ def vllm_with_context(
             segments.append((lo, hi))
     entries = [[lo, hi, t.ctx.lo, t.ctx.hi, t.k_at(lo)] for t in ordered for lo, hi in segments]
     method, notes = method_keys(model_key)
+    notes.append("the context form needs vLLM main (PR #48944); vLLM 0.33.0 has no context axis")
     pairs = zip(ordered, ordered[1:], strict=False)
     gaps = [f"{a.ctx.hi + 1}-{b.ctx.lo - 1}" for a, b in pairs if b.ctx.lo > a.ctx.hi + 1]
     if gaps:
@@ -173,15 +190,18 @@ def sglang(table: KTable) -> tuple[dict[str, object], list[str]]:
     config: dict[str, object] = {"strategy": "ema"}
     for r in table.ranges:
         config[str(r.lo)] = {"candidate_steps": [r.k]}
-    notes = [f"launch SGLang with --speculative-num-steps {table.max_k} --speculative-adaptive-config FILE"]
+    notes = [
+        f"launch SGLang with --speculative-num-steps {table.max_k} --speculative-adaptive-config FILE",
+        "SGLang 0.5.23 adapts steps only for EAGLE and EAGLE3 drafts, with topk 1",
+    ]
     return config, notes
 
 
 def check_sglang(config: Mapping[str, object]) -> None:
     """SGLang's keyed form: batch-size keys from 1, each a tier with non-negative candidate steps."""
-    tiers = {key: value for key, value in config.items() if key != "strategy"}
-    if not tiers or not all(key.isdigit() for key in tiers):
-        raise ExportError(f"SGLang's adaptive config is keyed by batch size; got keys {sorted(tiers)}")
+    tiers = {key: value for key, value in config.items() if key.isdigit()}  # SGLang skips the rest
+    if not tiers:
+        raise ExportError(f"SGLang's adaptive config is keyed by batch size; got keys {sorted(config)}")
     if "1" not in tiers:
         raise ExportError("SGLang's adaptive config needs a tier for batch size 1")
     for key, tier in tiers.items():

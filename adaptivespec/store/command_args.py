@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from adaptivespec.controller.exports import FORMATS
+from adaptivespec.controller.exports import FORMATS, VLLM_FIELDS
 
 _DB_HELP = "SQLAlchemy URL (default: SQLite in the state directory)"
 
@@ -33,6 +33,12 @@ def register(
     )
     thresholds.add_argument(
         "--with-context", action="store_true", help="vllm: the five-item form over every context bucket"
+    )
+    thresholds.add_argument(
+        "--vllm-field",
+        choices=VLLM_FIELDS,
+        default=VLLM_FIELDS[0],
+        help="the schedule's field: vLLM main's (default) or vLLM 0.33.0's",
     )
     thresholds.add_argument("--model-key", help="export this model's table (when the database holds several)")
     thresholds.add_argument(

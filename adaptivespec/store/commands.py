@@ -151,7 +151,7 @@ def _export(args: argparse.Namespace, tables: list[KTable], model_key: str | Non
         return
     table = _one_context(args, tables)
     if fmt == "vllm":
-        config, notes = exports.vllm(table, model_key)
+        config, notes = exports.vllm(table, model_key, args.vllm_field)
     elif fmt == "trtllm":
         config, notes = exports.trtllm(table)
     else:
