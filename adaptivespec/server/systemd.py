@@ -33,8 +33,14 @@ class Notifier:
         if not self._address:
             return
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            # Never block the event loop: a reader whose queue is full loses this message
+            # (systemd reads at once; the next watchdog ping comes soon).
+            sock.setblocking(False)
             sock.connect(self._address)
-            sock.sendall(message.encode())
+            try:
+                sock.sendall(message.encode())
+            except BlockingIOError:
+                log.warning("the notify socket's queue is full; %r was dropped", message)
 
     async def watchdog(self, healthy: Callable[[], bool]) -> None:
         """Pets the watchdog from the event loop itself while `healthy()`: a stalled loop or a

@@ -41,3 +41,18 @@ def test_the_watchdog_stops_when_the_engine_is_unhealthy() -> None:
         listener.settimeout(0.1)
         with pytest.raises(TimeoutError):
             listener.recv(64)
+
+
+def test_notify_never_blocks_when_the_reader_falls_behind() -> None:
+    """The watchdog pets from the event loop: a notify socket whose queue is full must not
+    stall it (a unix datagram queue holds a few messages only)."""
+    import time
+
+    name = f"adaptivespec-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind("\0" + name)  # never read
+        notifier = Notifier({"NOTIFY_SOCKET": "@" + name})
+        began = time.monotonic()
+        for _ in range(200):
+            notifier.notify("WATCHDOG=1")
+        assert time.monotonic() - began < 5
