@@ -151,15 +151,16 @@ class FleetSync:
         self.status.pooled_steps = view.totals.steps
 
     def _adopt(self, shared: OperatorState | None) -> None:
-        """Applies a freeze or overrides another host's operator set. Only a change of the shared
-        row since the last look counts: a change made here and not yet flushed is not undone."""
-        if shared is None or shared == self._seen:
+        """Applies a freeze or overrides another host's operator set. Each control counts only
+        when the shared value changed since the last look, so a change made here and not yet
+        flushed is not undone (nor one control by the flush of the other)."""
+        if shared is None:
             return
+        (frozen, overrides), (seen_frozen, seen_overrides) = shared, self._seen
         self._seen = shared
-        frozen, overrides = shared
-        if frozen != self.controller.frozen:
+        if frozen not in (seen_frozen, self.controller.frozen):
             operator.freeze(self.controller, frozen)
-        if overrides != self.controller.overrides:
+        if overrides not in (seen_overrides, self.controller.overrides):
             operator.set_overrides(self.controller, overrides, reason="fleet: overrides")
 
     def _delay(self) -> float:

@@ -229,6 +229,7 @@ async def test_a_freeze_and_overrides_are_fleet_wide_and_no_flush_undoes_them(
     pin = {"kind": "pin", "k": 2, "batch_bucket": 0}
     assert (await a.post("/admin/overrides", json=pin, headers=AUTH)).status == 200
     await _wait_until(lambda: controllers[1].frozen and len(controllers[1].overrides) == 1)
+    assert controllers[0].frozen and len(controllers[0].overrides) == 1  # its own flush undid neither
     before = _policy_row(postgres_url)
     await _serve_load(b, requests=4, tokens=60)  # b serves on, and flushes many times
     await asyncio.sleep(0.5)
