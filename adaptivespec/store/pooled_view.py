@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, crossover
-from adaptivespec.controller.controller import Controller, ControllerConfig
+from adaptivespec.controller.controller import CellDecision, Controller, ControllerConfig
 from adaptivespec.controller.fleet import fold
 from adaptivespec.store.fleet import FleetKey, FleetRepository
 from adaptivespec.store.repository import ThresholdRow
@@ -35,19 +34,17 @@ def pooled_thresholds(engine: Engine) -> list[ThresholdRow]:
 
 
 def _rows(controller: Controller, updated_at: str) -> list[ThresholdRow]:
-    by_ctx: dict[int, list[tuple[int, int, int, float]]] = {}
-    for d in controller.decisions():
-        by_ctx.setdefault(d.ctx_bucket, []).append((d.batch_bucket, d.k, d.fleet_samples, d.confidence))
+    by_ctx: dict[int, list[CellDecision]] = {}
+    for decision in controller.decisions():
+        by_ctx.setdefault(decision.ctx_bucket, []).append(decision)
+    keys = (controller.model_key, controller.hardware_key)
     return [
-        ThresholdRow(
-            model_key=controller.model_key,
-            hardware_key=controller.hardware_key,
-            ctx_bucket=CONTEXT_BUCKETS[ctx].label,
-            threshold=crossover([(BATCH_BUCKETS[b], k) for b, k, _, _ in sorted(cells)]),
-            k_by_bucket={BATCH_BUCKETS[b].label: k for b, k, _, _ in sorted(cells)},
-            samples=sum(n for _, _, n, _ in cells),
-            confidence=min(c for _, _, _, c in cells),
-            policy_version=controller.version,
+        ThresholdRow.of(
+            keys,
+            ctx,
+            cells,
+            samples=sum(c.fleet_samples for c in cells),
+            version=controller.version,
             updated_at=updated_at,
         )
         for ctx, cells in sorted(by_ctx.items())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import DatabaseError
@@ -38,6 +39,39 @@ class ThresholdRow:
     confidence: float  # the lowest confidence among the context bucket's cells
     policy_version: int
     updated_at: str
+
+    @classmethod
+    def of(
+        cls,
+        keys: tuple[str, str],
+        ctx: int,
+        cells: Sequence[DecidedCell],
+        *,
+        samples: int,
+        version: int,
+        updated_at: str,
+    ) -> ThresholdRow:
+        """One context bucket's row from its cells' decisions (stored, or pooled from a fleet)."""
+        ordered = sorted(cells, key=lambda c: c.batch_bucket)
+        return cls(
+            *keys,
+            ctx_bucket=CONTEXT_BUCKETS[ctx].label,
+            threshold=crossover([(BATCH_BUCKETS[c.batch_bucket], c.k) for c in ordered]),
+            k_by_bucket={BATCH_BUCKETS[c.batch_bucket].label: c.k for c in ordered},
+            samples=samples,
+            confidence=min(c.confidence for c in ordered),
+            policy_version=version,
+            updated_at=updated_at,
+        )
+
+
+class DecidedCell(Protocol):
+    @property
+    def batch_bucket(self) -> int: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def confidence(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,15 +279,12 @@ class Store:
         for row in rows:
             grouped.setdefault((row.model_key, row.hardware_key, row.ctx_bucket), []).append(row)
         return [
-            ThresholdRow(
-                model_key=model,
-                hardware_key=hardware,
-                ctx_bucket=CONTEXT_BUCKETS[ctx].label,
-                threshold=crossover([(BATCH_BUCKETS[d.batch_bucket], d.k) for d in cells]),
-                k_by_bucket={BATCH_BUCKETS[d.batch_bucket].label: d.k for d in cells},
+            ThresholdRow.of(
+                (model, hardware),
+                ctx,
+                cells,
                 samples=sum(d.samples for d in cells),
-                confidence=min(d.confidence for d in cells),
-                policy_version=versions.get((model, hardware), 0),
+                version=versions.get((model, hardware), 0),
                 updated_at=max(d.updated_at for d in cells).isoformat(),
             )
             for (model, hardware, ctx), cells in grouped.items()
