@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from adaptivespec.controller.cell import ARMS
+from adaptivespec.controller.learning_settings import ARMS
 from adaptivespec.sim import specs
 from adaptivespec.sim.calibration import TT_A100_8B_1B, calibrate, goodput, token_acceptance
 from adaptivespec.sim.costmodel import StepCostModel

@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from adaptivespec.bench import hf_control, learners
 from adaptivespec.bench import learning_metrics as metrics
+from adaptivespec.bench.background_load import BackgroundLoad
 from adaptivespec.bench.hf_loop import HFLoop
 from adaptivespec.bench.interleaved import measure
 from adaptivespec.bench.machine import machine
@@ -64,6 +65,13 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--quick", action="store_true", help="hf: a reduced run (batch <= 16, 20 steps per bucket), same keys"
     )
     control.add_argument("--seed", type=int, default=0)
+    control.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="hf: N busy single-threaded processes beside the contenders (a machine doing other work)",
+    )
     control.add_argument(
         "--db", default=None, help="SQLAlchemy URL: the adaptive policy resumes from and saves to it"
     )
@@ -117,6 +125,8 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
         args.max_batch = min(args.max_batch, 16)
     steps = args.steps_per_bucket or 60
     repeats = args.repeats or max(1, steps // 10)
+    if args.background_load < 0:
+        raise ConfigError("--background-load must be >= 0")
     if steps < 1 or not 1 <= repeats <= steps:
         raise ConfigError("--steps-per-bucket must be >= 1 and --repeats in [1, steps per bucket]")
     models = ModelConfig(target=args.target or DEFAULT_MODEL, draft=args.draft, device="auto")
@@ -142,6 +152,7 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
         "steps_per_bucket": steps - steps % repeats,
         "repeats": repeats,
         "seed": args.seed,
+        "background_load": args.background_load,
     }
     return loop, scenario, f"{loaded.runner.hardware_key}: {loaded.runner.model_key}"
 
@@ -151,7 +162,10 @@ def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
     store = Store(args.db) if args.db else None
     contenders, controller = hf_control.contenders(loop.model_key, loop.hardware_key, store)
     total = len(contenders) * sum(p.steps for p in loop.load)
-    with tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar:
+    with (
+        BackgroundLoad(args.background_load),
+        tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar,
+    ):
         measurement = measure(loop, contenders, args.repeats, bar.update)
     if store is not None:
         learners.flush(controller, store)
@@ -267,9 +281,15 @@ def _print_table(report: dict[str, Any]) -> None:
             f"adaptive - {c['best_static']} (best static): {_interval(c['adaptive_minus_best_static'])}; "
             f"adaptive - off: {_interval(c['adaptive_minus_off'])}; holds: {c['holds']} "
             f"(from {c['first_holds_at_steps_per_bucket']} steps per bucket); "
-            f"inconclusive: {report['inconclusive']}"
+            f"inconclusive: {report['inconclusive']}; point estimates: adaptive >= best static - 1%: "
+            f"{c['adaptive_ge_best_static']}, >= off: {c['adaptive_ge_off']}"
         )
         print(f"exploration: {adaptive['exploration']}")
+        spread = report["same_configuration_spread"]
+        print(
+            f"one configuration measured {spread['median']:.2f}x apart (median over buckets; worst "
+            f"{spread['worst']:.2f}x): policies closer than that are within this machine's noise"
+        )
         if "ratio_to_cross_fitted_oracle" in adaptive:
             point, low, high = adaptive["ratio_to_cross_fitted_oracle"]
             print(f"adaptive against the cross-fitted oracle: {point:.3f} [{low:.3f}, {high:.3f}]")

@@ -1,12 +1,12 @@
 """`adaptivespec bench fleet`: N hosts' controllers learn together through one database.
 
-Each host runs the `bench control` simulator scenario with its own controller (its own bandit
-seed), a real tally, and real flushes and refreshes against the database, on its own virtual
-clock: the host whose clock is behind steps next, and it flushes and refreshes on its clock at
-the daemon's cadence (`SyncCadence`: every `--learning-sync-seconds` while a cell it steps has
-fewer than `--young-cell-steps` in the fleet, else every `--flush-seconds` and
-`--refresh-seconds`). Every host says it is live before its first step, as a daemon's start
-does, so hosts that start together split the probes of new cells (`ProbeShare`).
+Each host runs the `bench control` simulator scenario with its own controller, a real tally,
+and real flushes and refreshes against the database, on its own virtual clock: the host whose
+clock is behind steps next, and it flushes and refreshes on its clock at the daemon's cadence
+(`SyncCadence`: every `--learning-sync-seconds` while a cell it steps has fewer than
+`--young-cell-steps` in the fleet, else every `--flush-seconds` and `--refresh-seconds`). Every
+host says it is live before its first step, as a daemon's start does, so hosts that start
+together split the probes of new cells (`ProbeShare`).
 
 `--stagger` places the hosts on the schedule:
 - `rotate` (the default): out of phase, host h starts 1/N of the way through it and wraps
@@ -263,7 +263,7 @@ def _steps_by_level(
 
 
 def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> Host:
-    controller = Controller(loop.model_key, loop.hardware_key, ControllerConfig(seed=index))
+    controller = Controller(loop.model_key, loop.hardware_key, ControllerConfig())
     host = Host(index, controller, order, FleetKey(f"lone-{index}", loop.model_key, loop.hardware_key))
     host.results = loop.run(host.controller.live, clocked(host), bar.update, order)
     return host
@@ -281,7 +281,7 @@ def _fleet(
     hosts = []
     loop = loops[0]
     for h, (order, start) in enumerate(plan):
-        controller = Controller(run_key, loop.hardware_key, ControllerConfig(seed=h))
+        controller = Controller(run_key, loop.hardware_key, ControllerConfig())
         host = Host(h, controller, order, FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
         host.clock = host.next_tick = start
         controller.tally = Tally(run.repository.own(host.key))

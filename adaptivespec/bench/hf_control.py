@@ -30,6 +30,8 @@ from adaptivespec.store.repository import Store
 
 LEARNING_WINDOW = 10  # steps of rolling goodput when judging how soon a learner is close to the oracle
 LEARNERS = ("adaptive", "plain-ucb")
+# The point estimates' order: adaptive must reach every static policy's goodput within this.
+POINT_MARGIN = 0.01
 
 
 def contenders(model_key: str, hardware_key: str, store: Store | None) -> tuple[list[Contender], Controller]:
@@ -164,9 +166,26 @@ def report(
         "policies": policies,
         "sweep": sweep,
         "comparisons": _comparisons(measurement, names, oracle),
+        "same_configuration_spread": _same_configuration_spread(measurement, contenders),
         "inconclusive": any(low > 1.0 for low in learner_lows),
         "sample_efficiency": _sample_efficiency(merged, oracle.phases),
     }
+
+
+def _same_configuration_spread(measurement: Measurement, contenders: Sequence[Contender]) -> dict[str, float]:
+    """How far apart the run measured one configuration: in each bucket, the fixed contenders
+    that ran the same K (k0, "off" and a threshold above the batch, say), fastest over
+    slowest. Differences between policies smaller than this spread are the machine's, not
+    theirs: a run on a busy machine can settle only larger ones."""
+    spreads = []
+    for p, batch in enumerate(measurement.concurrency):
+        for names in _fixed_groups(contenders, batch).values():
+            goodputs = [merge(measurement.segments[n][p]).goodput for n in names]
+            if len(goodputs) > 1 and min(goodputs) > 0:
+                spreads.append(max(goodputs) / min(goodputs))
+    if not spreads:
+        return {"median": 1.0, "worst": 1.0}
+    return {"median": float(np.median(spreads)), "worst": float(max(spreads))}
 
 
 def _oracle_json(labels: list[str], oracle: PooledOracle) -> dict[str, Any]:
@@ -204,11 +223,16 @@ def _comparisons(measurement: Measurement, names: Sequence[str], oracle: PooledO
     versus_best, versus_off, holds = verdict(full)
     holding = [verdict(oracle.ratios(measurement, names, r))[2] for r in range(1, measurement.repeats + 1)]
     first = next((r for r in range(1, len(holding) + 1) if all(holding[r - 1 :])), None)
+    # `holds` passes more easily the noisier the run (its intervals widen); the point
+    # estimates' order does not.
+    ours = full.ratio(names.index("adaptive")).point
     return {
         "best_static": best,
         "adaptive_minus_best_static": versus_best.to_json(),
         "adaptive_minus_off": versus_off.to_json(),
         "holds": holds,
+        "adaptive_ge_best_static": ours >= (1 - POINT_MARGIN) * full.ratio(names.index(best)).point,
+        "adaptive_ge_off": ours >= full.ratio(names.index("off")).point,
         "first_holds_at_steps_per_bucket": None if first is None else first * measurement.segment_steps,
     }
 

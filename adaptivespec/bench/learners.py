@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from adaptivespec.bench.oracle import Learner
+from adaptivespec.bench.river_ucb import RiverBandit
 from adaptivespec.controller import persistence
-from adaptivespec.controller.bandit import RiverBandit
 from adaptivespec.controller.buckets import batch_bucket
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.telemetry import StepTelemetry

@@ -36,8 +36,8 @@ from adaptivespec.bench.traffic import (
     summarize,
 )
 from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
-from adaptivespec.controller.cell import LearningSettings
 from adaptivespec.controller.controller import Controller, ControllerConfig
+from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.policy import FixedK, SpecPolicy
 from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.demo_models import held_out_documents

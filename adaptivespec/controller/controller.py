@@ -1,8 +1,8 @@
 """The controller: learns K per (context bucket, batch bucket) from step telemetry, live.
 
 `ingest` is synchronous and cheap (tens of microseconds): it validates a record, updates
-the acceptance and step-cost estimates and the cell's bandit, and publishes a new snapshot
-when the K of a cell changes. Around it, each in its own module: what is published
+the acceptance estimate, the machine's stall tail and the cell's step costs, and publishes a
+new snapshot when the K of a cell changes. Around it, each in its own module: what is published
 (`publication`), what cells borrow from their neighbours (`neighbours`), operator controls
 (`operator`), persistence (`persistence`) and the asyncio task (`task`).
 """
@@ -15,9 +15,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from adaptivespec.controller.acceptance import AcceptanceEstimator
-from adaptivespec.controller.bandit import ArmPolicy, BanditKind, RiverBandit
 from adaptivespec.controller.buckets import (
     BATCH_BUCKETS,
     CONTEXT_BUCKETS,
@@ -25,13 +25,15 @@ from adaptivespec.controller.buckets import (
     context_bucket,
     crossover,
 )
-from adaptivespec.controller.cell import Cell, LearningSettings, initial_k
+from adaptivespec.controller.cell import Cell, initial_k
 from adaptivespec.controller.fleet import Tally
+from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.neighbours import CellKey, nearest_decision, neighbourhood
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.probe_share import ALONE
 from adaptivespec.controller.publication import publish_after_change, publish_cell
 from adaptivespec.controller.snapshot import LivePolicy, PolicySnapshot
+from adaptivespec.controller.stall_tail import StallTail
 from adaptivespec.engine.telemetry import StepTelemetry
 
 INITIAL_SLOPE = 0.15  # relative cost of one more draft token, before anything is measured
@@ -40,8 +42,6 @@ INITIAL_SLOPE = 0.15  # relative cost of one more draft token, before anything i
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
     settings: LearningSettings = field(default_factory=LearningSettings)
-    bandit: BanditKind = "ucb"
-    seed: int = 0
     history_limit: int = 10_000  # decision changes kept in memory until the store takes them
 
 
@@ -83,6 +83,7 @@ class Controller:
         self.tally: Tally | None = None  # this host's totals for the fleet, when it pools with one
         self.share = ALONE  # this host's share of new cells' probes, as of the last fleet view
         self.acceptance = self._new_acceptance()
+        self.stalls = StallTail()  # how much slower this machine's slow steps are, over every cell
         self.start_k = initial_k(self.config.settings.arms, self.acceptance_of(0), INITIAL_SLOPE)
         self.live = LivePolicy(PolicySnapshot.uniform(self.start_k))
 
@@ -100,13 +101,21 @@ class Controller:
         acceptance = self.acceptance_of(key[0])
         if record.k in self.config.settings.arms:  # credited to the K chosen, whatever the drafter found
             tokens_per_row = record.emitted / record.batch_size
-            cell.observe(record.k, tokens_per_row, record.step_seconds, acceptance)
+            # The arm's own cost, without switching's: that one is the switch's (cell.observe_switch).
+            seconds = record.step_seconds - record.catch_up_seconds
+            typical = cell.typical_seconds(record.k)
+            if typical is not None:
+                self.stalls.observe(seconds, typical)
+            cell.observe(record.k, tokens_per_row, seconds)
+            if record.catch_up_tokens:
+                cell.observe_switch(record.catch_up_seconds)
             self.dirty.add(key)
             if self.tally is not None:
                 arm, rows = (key[0], key[1], record.k), record.batch_size
-                self.tally.record(arm, tokens_per_row, record.step_seconds, rows, record.kept_at_least)
+                self.tally.record(arm, tokens_per_row, seconds, rows, record.kept_at_least)
         decided_before = cell.decided
-        cell.next_k(acceptance, lambda: neighbourhood(self.cells, key), self.share.turned(sum(key)))
+        around = partial(neighbourhood, self.cells, key)
+        cell.next_k(acceptance, around, self.share.turned(sum(key)), self.stalls.tail)
         if cell.decided != decided_before:
             self._record_change(key, decided_before, cell.decided)
             publish_after_change(self, key[0])  # unvisited cells may borrow the new decision
@@ -117,8 +126,7 @@ class Controller:
     def cell(self, key: CellKey) -> Cell:
         cell = self.cells.get(key)
         if cell is None:
-            seed = self.config.seed * 1_000_003 + key[0] * 101 + key[1]
-            cell = Cell(self.config.settings, self._bandit_factory(seed))
+            cell = Cell(self.config.settings)
             borrowed = nearest_decision(self.cells, key)
             cell.running = cell.decided = self.start_k if borrowed is None else borrowed
             self.cells[key] = cell
@@ -131,10 +139,6 @@ class Controller:
 
     def _new_acceptance(self) -> AcceptanceEstimator:
         return AcceptanceEstimator(len(CONTEXT_BUCKETS), positions=max(self.config.settings.arms))
-
-    def _bandit_factory(self, seed: int) -> Callable[[], ArmPolicy]:
-        kind, fading = self.config.bandit, self.config.settings.fading
-        return lambda: RiverBandit(kind, seed=seed, fading=fading)
 
     def _record_change(self, key: CellKey, old: int, new: int) -> None:
         self.version += 1
@@ -160,10 +164,9 @@ class Controller:
         for (ctx, batch), cell in sorted(self.cells.items()):
             if not cell.informed:
                 continue
-            predicted = cell.predictions(self.acceptance_of(ctx))
             pooled = sum(s.count for s in cell.fleet.values())
             hosts = (1 if cell.samples else 0) + cell.fleet_hosts
-            confidence = cell.confidence(predicted)
+            confidence = cell.confidence(self.acceptance_of(ctx))
             out.append(CellDecision(ctx, batch, cell.decided, cell.samples, confidence, pooled, hosts))
         return out
 
@@ -188,8 +191,10 @@ class Controller:
 
 
 def _valid(record: StepTelemetry) -> bool:
-    times = (record.step_seconds, record.draft_seconds, record.verify_seconds)
+    times = (record.step_seconds, record.draft_seconds, record.verify_seconds, record.catch_up_seconds)
     if not all(math.isfinite(t) and t >= 0 for t in times) or record.step_seconds <= 0:
+        return False
+    if record.catch_up_tokens < 0 or record.catch_up_seconds >= record.step_seconds:
         return False
     if record.batch_size < 1 or record.k < 0 or record.emitted < 1:
         return False

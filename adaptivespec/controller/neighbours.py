@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from adaptivespec.controller.arm_prices import CostFloor
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
-from adaptivespec.controller.cell import Cell, CostFloor, Neighbourhood
+from adaptivespec.controller.cell import Cell, Neighbourhood
 from adaptivespec.controller.step_costs import relative_cost_floor
 
 CellKey = tuple[int, int]  # (context bucket, batch bucket)

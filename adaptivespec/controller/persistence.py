@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from adaptivespec.controller.buckets import CONTEXT_BUCKETS
 from adaptivespec.controller.neighbours import CellKey
 from adaptivespec.controller.publication import republish
+from adaptivespec.controller.robust_stat import RobustStat
 from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
 from adaptivespec.controller.stats import EWStat
 
@@ -103,7 +104,7 @@ def restore(controller: Controller, state: ControllerState, statistics: bool = T
         cell.samples, cell.scale = saved.samples, saved.reward_scale
         for arm in saved.arms:
             cell.rewards[arm.k] = EWStat(fading, arm.reward_mean, arm.reward_var, arm.reward_count)
-            cell.seconds[arm.k] = EWStat(fading, arm.seconds_mean, arm.seconds_var, arm.seconds_count)
+            cell.seconds[arm.k] = RobustStat.restored(arm.seconds_mean, arm.seconds_var, arm.seconds_count)
     for acc in state.acceptance:
         controller.acceptance.seed(acc.ctx_bucket, acc.rates)
     controller.version, controller.frozen, controller.overrides = state.version, state.frozen, state.overrides

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Summary(Protocol):
+    """What the cells read of a step-time statistic, whichever estimator kept it."""
+
+    mean: float
+    var: float
+    count: int
 
 
 @dataclass(slots=True)

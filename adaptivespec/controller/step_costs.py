@@ -4,8 +4,10 @@ Measured arms are used as they are. An unmeasured arm gets an *optimistic* bound
 shape a decode step has (a roofline: the maximum of linear costs, so non-decreasing and
 convex in K): the cost never falls as K grows; beyond the two largest measured arms it keeps
 rising at least at half their secant slope (half, because real kernels are not perfectly
-convex: on the CPU a 2-token verify can cost more than a 5-token one); and below the
-smallest measured arm it shrinks at most with the tokens verified per row (K + 1).
+convex: on the CPU a 2-token verify can cost more than a 5-token one); beyond a single
+measured arm, at half a prior slope per draft token (a draft token is never free: it costs
+at least a draft pass and a verified column); and below the smallest measured arm it shrinks
+at most with the tokens verified per row (K + 1).
 Bounded exploration then rarely skips an arm that could win, and stops trying costly ones.
 """
 
@@ -15,12 +17,16 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from itertools import accumulate
 
-from adaptivespec.controller.stats import EWStat
+from adaptivespec.controller.stats import Summary
 
 SECANT_FRACTION = 0.5
+# Relative step-time rise per draft token assumed before a cell has two measured arms: below
+# what a draft model or a verified column costs on the hardware we know of, so that only arms
+# far beyond the measured one are priced out before they are tried.
+PRIOR_SLOPE = 0.1
 
 
-def measured_seconds(times: Mapping[int, EWStat], k: int) -> float | None:
+def measured_seconds(times: Mapping[int, Summary], k: int) -> float | None:
     stat = times.get(k)
     return stat.mean if stat is not None and stat.count else None
 
@@ -29,7 +35,7 @@ class OptimisticCosts:
     """The lowest step time each K can have, given one cell's measurements (sorted once) and `floor`."""
 
     def __init__(
-        self, times: Mapping[int, EWStat], floor: Callable[[int], float | None] | None = None
+        self, times: Mapping[int, Summary], floor: Callable[[int], float | None] | None = None
     ) -> None:
         measured = sorted((k, s.mean) for k, s in times.items() if s.count)
         self._arms = [k for k, _ in measured]
@@ -55,8 +61,9 @@ class OptimisticCosts:
             t1, t2 = self._times[below - 2], self._times[below - 1]
             rising = max(0.0, (t2 - t1) / (k2 - k1)) * SECANT_FRACTION
             return max(self._slowest_up_to[below - 1], t2 + (k - k2) * rising)
-        if below == 1:
-            return self._slowest_up_to[0]  # a step never gets cheaper with more drafts
+        if below == 1:  # a step never gets cheaper with more drafts, nor do drafts come free
+            arm, seconds = self._arms[0], self._times[0]
+            return seconds * (1 + SECANT_FRACTION * PRIOR_SLOPE * (k - arm))
         if not self._arms:
             return None
         arm, seconds = self._arms[0], self._times[0]
@@ -64,7 +71,7 @@ class OptimisticCosts:
 
 
 def relative_cost_floor(
-    here: Mapping[int, EWStat], smaller_batch: Mapping[int, EWStat]
+    here: Mapping[int, Summary], smaller_batch: Mapping[int, Summary]
 ) -> Callable[[int], float | None]:
     """A lower bound on K's step time from a smaller batch bucket's step times.
 

@@ -208,6 +208,7 @@ class HFRunner:
         self.clock.settle()
         step_seconds = time.perf_counter() - began
         draft_seconds = self.clock.between(began_mark, drafted_mark)
+        catch_up = None if proposal is None else proposal.catch_up
         return DecodeOutput(
             tokens=emitted,
             drafted=[0] * batch if proposal is None else proposal.host_n_drafts.tolist(),
@@ -217,6 +218,8 @@ class HFRunner:
             draft_seconds=draft_seconds,
             verify_seconds=step_seconds - draft_seconds,
             step_seconds=step_seconds,
+            catch_up_tokens=0 if catch_up is None else catch_up.tokens,
+            catch_up_seconds=0.0 if catch_up is None else self.clock.between(catch_up.began, catch_up.ended),
         )
 
     def move_rows(self, srcs: list[int], dsts: list[int]) -> None:
@@ -243,7 +246,8 @@ class HFRunner:
         if width == 0:
             return None
         if width < k:
-            proposal = Proposal(proposal.drafts[:, :width], proposal.n_drafts, proposal.host_n_drafts)
+            drafts = proposal.drafts[:, :width]
+            proposal = Proposal(drafts, proposal.n_drafts, proposal.host_n_drafts, proposal.catch_up)
         return proposal
 
     # Each of the two steps below reads the device once: every row's tokens, and how many of

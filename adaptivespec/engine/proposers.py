@@ -1,8 +1,11 @@
 """Proposers draft K tokens per row for the target to verify in one pass.
 
 Both sit behind `Proposer`. The draft-model proposer keeps its own slot KV cache, which may
-lag behind the target (after K = 0 steps, or after a bonus token); its first forward of a
-step catches every row up in one batched ragged pass.
+lag behind the target: by a token or two after a drafting step (the bonus token), and by
+every token of the steps run at K = 0, which never touch the drafter. The first lag is part
+of drafting and rides in its first forward. The second is what switching speculation back on
+costs: it is caught up in one batched pass of its own, timed apart (`Proposal.catch_up`), so
+that the controller can price the switch instead of reading it as the arm's step cost.
 """
 
 from __future__ import annotations
@@ -14,10 +17,23 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from adaptivespec.engine.cached_model import CachedModel, ForwardClock
+from adaptivespec.engine.cached_model import CachedModel, ForwardClock, Mark
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.sampling import BatchSampling, choices
+
+# A drafting step leaves a row at most this far behind (its bonus token and the last draft's
+# input); more means the drafter sat out steps at K = 0.
+DRAFTING_LAG = 2
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    """A drafter that sat idle feeding it what it missed: its tokens, and its forward's marks."""
+
+    tokens: int
+    began: Mark
+    ended: Mark
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +41,7 @@ class Proposal:
     drafts: torch.Tensor  # [B, K] long, on the device
     n_drafts: torch.Tensor  # [B] long, on the device: drafts actually proposed per row (<= K)
     host_n_drafts: np.ndarray  # [B] int64, the same counts on the host, so the step's width needs no read
+    catch_up: CatchUp | None = None  # this step's switch cost, when the drafter had sat idle
 
 
 class Proposer(Protocol):
@@ -82,14 +99,17 @@ class DraftModelProposer:
         self.cached[row_start : row_start + len(chunks)] = ends
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
-        lens, cached, device = rows.host_lens[:batch], self.cached[:batch], self.draft.device
+        lens, device = rows.host_lens[:batch], self.draft.device
+        idle = int((lens - self.cached[:batch]).max()) > DRAFTING_LAG  # it sat out K = 0 steps
+        caught_up = self._catch_up(rows, batch) if idle else None
+        cached = self.cached[:batch]
         # Every layout up front, in one run: each build right after a forward would run on
         # caches the forward's weights had evicted.
-        catch_up = RaggedLayout.build(cached, lens - cached, self.draft.cache_len, device)
+        first = RaggedLayout.build(cached, lens - cached, self.draft.cache_len, device)
         one = np.ones(batch, dtype=np.int64)
         steps = [RaggedLayout.build(lens + j, one, self.draft.cache_len, device) for j in range(k - 1)]
-        ids = rows.tokens[:batch].gather(1, catch_up.gather_index)
-        logits = self._forward(ids, catch_up)
+        ids = rows.tokens[:batch].gather(1, first.gather_index)
+        logits = self._forward(ids, first)
         drafts: list[torch.Tensor] = []
         for j in range(k):
             token = choices(logits.unsqueeze(1), sampling, self.target_width, offset=j)[:, 0]
@@ -98,7 +118,20 @@ class DraftModelProposer:
                 logits = self._forward(token.unsqueeze(1), steps[j])
         self.cached[:batch] = lens + (k - 1)
         n_drafts = torch.full((batch,), k, dtype=torch.long, device=device)
-        return Proposal(torch.stack(drafts, dim=1), n_drafts, np.full(batch, k, dtype=np.int64))
+        return Proposal(torch.stack(drafts, dim=1), n_drafts, np.full(batch, k, dtype=np.int64), caught_up)
+
+    def _catch_up(self, rows: RowState, batch: int) -> CatchUp:
+        """Feeds every row all it missed but its last token, which drafting's first forward
+        takes as usual; a row with nothing to catch up rides along as padding (its outputs
+        are not read, and pads write only the cache's sink column)."""
+        lens, cached = rows.host_lens[:batch], self.cached[:batch]
+        missed = np.maximum(lens - 1 - cached, 0)
+        layout = RaggedLayout.build(cached, missed, self.draft.cache_len, self.draft.device)
+        began = self.draft.clock.mark()
+        self.draft.forward(0, rows.tokens[:batch].gather(1, layout.gather_index), layout, last_only=True)
+        ended = self.draft.clock.mark()
+        self.cached[:batch] = cached + missed
+        return CatchUp(int(missed.sum()), began, ended)
 
     def commit(self, batch: int, old_lens: np.ndarray, accepted: np.ndarray) -> None:
         self.cached[:batch] = np.minimum(self.cached[:batch], old_lens + accepted)

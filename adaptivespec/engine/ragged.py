@@ -28,7 +28,8 @@ class RaggedLayout:
     def build(
         cls, start: np.ndarray, count: np.ndarray, cache_len: int, device: torch.device
     ) -> RaggedLayout:
-        """start, count: [n] host integers; every count must be >= 1.
+        """start, count: [n] host integers. A row whose count is 0 is all padding: it writes
+        nothing real, and its outputs mean nothing (a catch-up pass, whose outputs are not read).
 
         The per-token indices are worked out on the host, from values it already holds, and
         copied to the device (on cpu the tensors wrap the arrays). The mask, which grows with

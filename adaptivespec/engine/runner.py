@@ -60,6 +60,10 @@ class DecodeOutput:
     draft_seconds: float
     verify_seconds: float
     step_seconds: float
+    # What switching the drafter back on cost this step (0 when it was already in step): the
+    # tokens it missed at K = 0 and the seconds its catch-up forward took, within draft_seconds.
+    catch_up_tokens: int = 0
+    catch_up_seconds: float = 0.0
 
 
 class Runner(Protocol):

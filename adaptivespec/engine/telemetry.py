@@ -30,6 +30,10 @@ class StepTelemetry:
     timestamp: float  # time.time() at the end of the step
     width: int  # drafts verified per row (0 = a plain step); below k when the drafter found fewer
     kept_at_least: tuple[int, ...]  # [j - 1]: rows that kept >= j drafts, j = 1..width
+    # The switch cost within this step: a drafter that sat out K = 0 steps catching up on the
+    # tokens it missed (its seconds are part of draft_seconds and step_seconds).
+    catch_up_tokens: int = 0
+    catch_up_seconds: float = 0.0
 
 
 def decode_record(
@@ -51,6 +55,8 @@ def decode_record(
         timestamp=time.time(),
         width=out.width,
         kept_at_least=survival_counts(out.accepted, out.width),
+        catch_up_tokens=out.catch_up_tokens,
+        catch_up_seconds=out.catch_up_seconds,
     )
 
 

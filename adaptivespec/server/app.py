@@ -7,7 +7,6 @@ import contextlib
 import logging
 import socket
 import uuid
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -15,8 +14,8 @@ from aiohttp import web
 
 from adaptivespec.config import ServeConfig
 from adaptivespec.controller import persistence
-from adaptivespec.controller.cell import LearningSettings
 from adaptivespec.controller.controller import Controller, ControllerConfig
+from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
@@ -163,11 +162,7 @@ async def _learner(config: ServeConfig, runner: Runner, store: Store) -> tuple[C
     pooling = config.pools_with_fleet(store.engine.dialect.name)
     host_id = config.host_id or default_host_id(config.port)
     learning = LearningSettings().capped(runner.max_spec_tokens)
-    # Hosts of a fleet explore in different orders, so that what they pool is not the same steps.
-    seed = zlib.crc32(host_id.encode()) if pooling else 0
-    controller = Controller(
-        runner.model_key, runner.hardware_key, ControllerConfig(settings=learning, seed=seed)
-    )
+    controller = Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=learning))
     saved = store.load(runner.model_key, runner.hardware_key)
     if saved is not None:
         persistence.restore(controller, saved, statistics=not pooling)  # applied before the first step

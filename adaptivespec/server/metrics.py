@@ -60,6 +60,19 @@ class Metrics:
         self.accepted_tokens = Counter(
             "adaptivespec:spec_decode_num_accepted_tokens", "Draft tokens accepted.", registry=r
         )
+        self.catch_up_seconds = Counter(
+            "adaptivespec:spec_decode_catch_up_seconds",
+            "Switch cost: seconds drafters spent catching up on steps they sat out at K = 0, "
+            "by the K that switched them back on (part of step_seconds).",
+            ["k"],
+            registry=r,
+        )
+        self.catch_up_tokens = Counter(
+            "adaptivespec:spec_decode_catch_up_tokens",
+            "Tokens drafters caught up on after sitting out K = 0 steps, by the K that switched them on.",
+            ["k"],
+            registry=r,
+        )
         self.k = Gauge(
             "adaptivespec:spec_k",
             "Decided K per bucket (the same as /admin/thresholds).",
@@ -89,6 +102,9 @@ class Metrics:
             self.drafts.inc(record.batch_size)
             self.draft_tokens.inc(record.drafted)
             self.accepted_tokens.inc(record.accepted)
+        if record.catch_up_tokens:
+            self.catch_up_seconds.labels(str(record.k)).inc(record.catch_up_seconds)
+            self.catch_up_tokens.labels(str(record.k)).inc(record.catch_up_tokens)
 
     async def consume(self, subscription: Subscription) -> None:
         while True:

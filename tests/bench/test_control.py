@@ -90,9 +90,10 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     out = tmp_path / "hf.json"
     args = ["bench", "control", "--backend", "hf", "--quick", "--target", str(tiny_pair.target)]
     args += ["--draft", str(tiny_pair.draft), "--steps-per-bucket", "6", "--repeats", "2"]
-    assert main([*args, "--new-tokens", "8", "--json", str(out)]) == 0
+    assert main([*args, "--new-tokens", "8", "--background-load", "1", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["scenario"]["backend"] == "hf" and report["scenario"]["steps_per_bucket"] == 6
+    assert report["scenario"]["background_load"] == 1
     assert report["buckets"][0] == "1" and report["buckets"][-1] == "13-16"  # --quick stops at 16
     static = {"off", "always-k2", "always-k4", "threshold-16", "threshold-32"}
     assert set(report["policies"]) == static | {"oracle", "adaptive", "plain-ucb"}
@@ -106,6 +107,12 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     comparisons = report["comparisons"]
     assert comparisons["best_static"] in static and isinstance(comparisons["holds"], bool)
     assert len(comparisons["adaptive_minus_off"]) == 3 and isinstance(report["inconclusive"], bool)
+    ratio = {name: policy["ratio_to_oracle"] for name, policy in report["policies"].items()}
+    best = ratio[comparisons["best_static"]]
+    assert comparisons["adaptive_ge_best_static"] == (ratio["adaptive"] >= 0.99 * best)
+    assert comparisons["adaptive_ge_off"] == (ratio["adaptive"] >= ratio["off"])
+    spread = report["same_configuration_spread"]
+    assert 1.0 <= spread["median"] <= spread["worst"]
     assert 0.0 <= report["policies"]["adaptive"]["exploration"]["dominated_share"] <= 1.0
     point, low, high = report["policies"]["adaptive"]["ratio_to_cross_fitted_oracle"]
     assert 0 < low <= high and point > 0

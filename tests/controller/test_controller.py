@@ -10,8 +10,8 @@ import pytest
 from adaptivespec.bench.oracle import baseline_policies, oracle_from_sweep, ratio_to_oracle, summarise
 from adaptivespec.controller import operator
 from adaptivespec.controller.buckets import batch_bucket, context_bucket
-from adaptivespec.controller.cell import LearningSettings
 from adaptivespec.controller.controller import Controller, ControllerConfig
+from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.telemetry import StepTelemetry
@@ -55,6 +55,10 @@ def test_learns_close_to_the_oracle_and_beats_every_static_baseline() -> None:
         {"kept_at_least": (4, 6)},  # more rows kept the second draft than the first
         {"kept_at_least": (9, 1)},  # more rows than the batch
         {"kept_at_least": (5, 4)},  # does not add up to `accepted`
+        {"catch_up_seconds": math.nan},
+        {"catch_up_seconds": -0.001},
+        {"catch_up_seconds": 0.012},  # all of the step, or more
+        {"catch_up_tokens": -1},
     ],
 )
 def test_bad_telemetry_is_rejected_and_counted(bad: dict[str, object]) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from adaptivespec.controller.buckets import batch_bucket
-from adaptivespec.controller.cell import ARMS
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.fleet import ArmTotals, FleetTotals, FleetView, Tally, fold
+from adaptivespec.controller.learning_settings import ARMS
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs

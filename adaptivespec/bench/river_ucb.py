@@ -1,24 +1,21 @@
-"""Our small bandit interface, and its implementation on river's policies (river pinned).
+"""Plain river UCB over draft lengths: the textbook learner `bench control` compares ours with.
 
 river's API has changed between versions, so nothing outside this file touches it. Each
 arm's reward object is an exponentially weighted mean, so old evidence fades under drift.
+The controller itself does not use it: its cells keep robust step times and their own
+upper-confidence rule (controller/cell.py), which river's policies would need fake updates
+to seed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 from river import bandit as river_bandit
 from river import stats as river_stats
 
 BanditKind = Literal["ucb", "epsilon"]
-
-
-class ArmPolicy(Protocol):
-    def pull(self, arms: Sequence[int]) -> int: ...
-
-    def update(self, arm: int, reward: float) -> None: ...
 
 
 class RiverBandit:

@@ -1,0 +1,146 @@
+"""What each arm of a cell is worth, as one step sees it: a point estimate and its bounds.
+
+An arm's price is its expected goodput: tokens per row at that K (pooled acceptance) over its
+step seconds, relative to the cell's scale. Bounds are symmetric about it by the arm's
+measured error, except in two cases:
+- an arm never measured gets an optimistic step time from the cost model (`OptimisticCosts`),
+  so that it is tried unless even that cannot win;
+- an arm measured only a few times may have met a stall (a step that lost its core), which
+  only ever makes a step slower: its upper bound is widened by the machine's measured stall
+  tail, shared out over its samples, and on a noisy machine an arm measured once is bounded
+  no lower than the cost model would bound it unmeasured, so one unlucky step does not price
+  a good arm out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from math import sqrt
+
+from adaptivespec.controller.robust_stat import MIN_ROBUST
+from adaptivespec.controller.stats import Summary
+from adaptivespec.controller.step_costs import OptimisticCosts
+
+CostFloor = Callable[[int], float | None]  # K -> a lower bound on its step seconds, from elsewhere
+
+Z = 2.0  # standard errors either side of a measured arm's mean: its upper and lower bounds
+# The least relative error an estimate carries: acceptance noise is not in the step-time variance,
+# and a deterministic clock (the simulator) has none at all.
+MIN_RELATIVE_ERROR = 0.02
+# A machine whose slow steps (90th percentile) take 1.5x its typical one: there a single step
+# may well have stalled, and is not enough to price an arm out alone. On a quieter one it is.
+NOISY_TAIL = 0.5
+LINE_SAMPLES = 4.0  # the steps the cost line drawn through an arm's neighbours counts for
+
+
+@dataclass(frozen=True, slots=True)
+class ArmPrices:
+    arms: tuple[int, ...]
+    times: Mapping[int, Summary]  # step seconds per measured K
+    tokens: Mapping[int, float]  # expected tokens per row per step, per K
+    scale: float  # tokens/row/s that a reward of 1 stands for
+    window: float  # samples an estimate stands on at most
+    tail: float  # the machine's stall tail: how much slower its slow steps are than its typical
+    seconds: Mapping[int, float]  # each measured arm's step seconds, shrunk towards the cost line
+    support: Mapping[int, float]  # the steps each of those stands on, the line's share included
+
+    @classmethod
+    def of(
+        cls,
+        arms: tuple[int, ...],
+        times: Mapping[int, Summary],
+        tokens: Mapping[int, float],
+        *,
+        scale: float,
+        window: float,
+        tail: float,
+    ) -> ArmPrices:
+        seconds, support = _shrunk(times)
+        return cls(arms, times, tokens, scale, window, tail, seconds, support)
+
+    def predicted(self) -> dict[int, float]:
+        """Expected reward of each measured arm."""
+        return {k: self._price(k, self.seconds[k]) for k in self.arms if k in self.seconds}
+
+    def optimistic(self, predicted: dict[int, float], floor: CostFloor | None = None) -> dict[int, float]:
+        """An upper bound on the reward of every arm that can be priced."""
+        costs = OptimisticCosts(self.times, floor)
+        bounds = {}
+        for k in self.arms:
+            if k in predicted:
+                bounds[k] = predicted[k] * (1 + self._upper_error(k))
+                if self.tail >= NOISY_TAIL and _samples(self.times.get(k)) < 2:
+                    others = OptimisticCosts({j: t for j, t in self.times.items() if j != k}, floor)
+                    if (seconds := others.seconds(k)) is not None:
+                        bounds[k] = max(bounds[k], self._price(k, seconds) * (1 + Z * MIN_RELATIVE_ERROR))
+            elif (seconds := costs.seconds(k)) is not None:
+                bounds[k] = self._price(k, seconds) * (1 + Z * MIN_RELATIVE_ERROR)
+        return bounds
+
+    def lower(self, k: int, predicted: dict[int, float]) -> float:
+        return predicted[k] * (1 - Z * self.relative_error(k)) if k in predicted else 0.0
+
+    def relative_error(self, k: int) -> float:
+        """Standard error of a measured arm's step time, relative to it (the floor when unmeasured)."""
+        stat = self.times.get(k)
+        if stat is None or stat.count < 2 or stat.mean <= 0:
+            return MIN_RELATIVE_ERROR
+        samples = min(float(stat.count) + self.support[k] - _samples(stat), self.window)
+        return max(sqrt(stat.var / samples) / stat.mean, MIN_RELATIVE_ERROR)
+
+    def _upper_error(self, k: int) -> float:
+        error = Z * self.relative_error(k)
+        support = self.support.get(k, 1.0)
+        if support < MIN_ROBUST:
+            return max(error, self.tail / support)  # one of its steps may have been a stall
+        return error
+
+    def _price(self, k: int, seconds: float) -> float:
+        return self.tokens[k] / seconds / self.scale
+
+
+def _samples(stat: Summary | None) -> int:
+    if stat is None:
+        return 0
+    recent = getattr(stat, "samples", None)  # a robust stat's window; pooled stats count all
+    return max(int(recent if recent is not None else stat.count), 1)
+
+
+def _shrunk(times: Mapping[int, Summary]) -> tuple[dict[int, float], dict[int, float]]:
+    """Each measured arm's step seconds, shrunk towards the line the other drafting arms draw.
+
+    A drafting step's cost grows about linearly with K (K draft passes, a verify K + 1 tokens
+    wide), so the arms measured beside an arm say what it should cost: a line fitted to them
+    (weighted by their steps) counts as `LINE_SAMPLES` steps of its own, and may only lower
+    the arm's own figure. An arm measured once, on a step that stalled, is then priced near the
+    line instead of out of the running, and an arm measured many times is priced by its own
+    steps, whatever the line says. K = 0 runs no drafter (a plain step is another kernel) and
+    stands on its own steps; so does an arm with fewer than two others to draw a line through.
+    """
+    measured = {k: (stat.mean, float(_samples(stat))) for k, stat in times.items() if stat.count}
+    seconds = {k: mean for k, (mean, _) in measured.items()}
+    support = {k: n for k, (_, n) in measured.items()}
+    for k, (mean, n) in measured.items():
+        others = [(j, t, w) for j, (t, w) in measured.items() if j >= 1 and j != k]
+        if k == 0 or len(others) < 2:
+            continue
+        line = _line(others)
+        if line is not None:
+            # Only ever down: a stall inflates an arm's own steps, never deflates them, and a
+            # neighbour's stalled step may tilt the line up.
+            seconds[k] = min((n * mean + LINE_SAMPLES * line(k)) / (n + LINE_SAMPLES), mean)
+            support[k] = n + LINE_SAMPLES
+    return seconds, support
+
+
+def _line(points: list[tuple[int, float, float]]) -> Callable[[int], float] | None:
+    """Weighted least squares t = a + b K through (K, seconds, weight), with b >= 0."""
+    total = sum(w for _, _, w in points)
+    k_mean = sum(k * w for k, _, w in points) / total
+    t_mean = sum(t * w for _, t, w in points) / total
+    spread = sum(w * (k - k_mean) ** 2 for k, _, w in points)
+    if spread <= 0:
+        return None
+    slope = max(sum(w * (k - k_mean) * (t - t_mean) for k, t, w in points) / spread, 0.0)
+    return lambda k: max(t_mean + slope * (k - k_mean), 0.0) or t_mean

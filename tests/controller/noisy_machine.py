@@ -1,0 +1,76 @@
+"""A synthetic machine for controller tests: known step costs and acceptance, a shared CPU's
+stalls, and a drafter's catch-up after K = 0 steps. Seeded; no model, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from adaptivespec.controller.policy import SpecPolicy
+from adaptivespec.engine.telemetry import StepTelemetry, survival_counts
+
+ARMS = (0, 1, 2, 3, 4, 5, 6, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    base: float = 0.010  # seconds of a K = 0 step
+    slope: float = 0.35  # relative step-time rise per draft token
+    alpha: float = 0.8  # P(a draft is kept | the one before it was)
+    stall_share: float = 0.0  # steps that lose their core to another process
+    stall: tuple[float, float] = (3.0, 6.0)  # ... and take this many times as long
+    catch_up_per_token: float = 0.0  # seconds per row and missed token, after K = 0 steps
+
+    def seconds(self, k: int) -> float:
+        return self.base * (1 + self.slope * k)
+
+    def tokens(self, k: int) -> float:
+        """Expected tokens a row emits per step at K."""
+        return sum(self.alpha**j for j in range(k + 1))
+
+    def goodput(self, k: int) -> float:
+        return self.tokens(k) / self.seconds(k)
+
+    def best(self) -> int:
+        return max(ARMS, key=self.goodput)
+
+
+class Run:
+    """Steps one policy on the machine at one batch size, as an engine would."""
+
+    def __init__(self, machine: Machine, batch: int, seed: int) -> None:
+        self.machine = machine
+        self.batch = batch
+        self.rng = np.random.default_rng(seed)
+        self.idle = 0  # steps the drafter sat out
+        self.tokens = 0
+        self.seconds = 0.0
+        self.ks: list[int] = []
+
+    def step(self, policy: SpecPolicy) -> StepTelemetry:
+        m, rng = self.machine, self.rng
+        k = policy.k_for(self.batch, 300)
+        accepted = [0] * self.batch
+        if k:
+            kept = rng.random((self.batch, k)) < m.alpha
+            accepted = np.cumprod(kept, axis=1).sum(axis=1).tolist()
+        seconds = m.seconds(k)
+        if rng.random() < m.stall_share:
+            seconds *= rng.uniform(*m.stall)
+        catch_up_tokens = self.batch * self.idle if k and self.idle > 1 else 0
+        catch_up = catch_up_tokens * m.catch_up_per_token
+        self.idle = 0 if k else self.idle + 1
+        emitted = sum(accepted) + self.batch
+        self.tokens += emitted
+        self.seconds += seconds + catch_up
+        self.ks.append(k)
+        return StepTelemetry(
+            "m", "h", self.batch, k, 300.0, k * self.batch, sum(accepted), emitted,
+            catch_up if k else 0.0, seconds, seconds + catch_up, 0.0, k,
+            survival_counts(accepted, k), catch_up_tokens, catch_up,
+        )  # fmt: skip
+
+    @property
+    def goodput(self) -> float:
+        return self.tokens / self.seconds

@@ -1,0 +1,100 @@
+"""The controller on a machine doing other work: stalled steps, and switches that cost."""
+
+from __future__ import annotations
+
+import statistics
+
+from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.policy import FixedK
+
+from .noisy_machine import Machine, Run
+
+SEEDS = range(30)
+STEPS = 400
+
+
+def _learn(machine: Machine, batch: int, seed: int, steps: int = STEPS) -> tuple[Controller, Run]:
+    controller = Controller("m", "h")
+    run = Run(machine, batch, seed)
+    for _ in range(steps):
+        assert controller.ingest(run.step(controller.live))
+    return controller, run
+
+
+def _fixed(machine: Machine, batch: int, seed: int, k: int, steps: int = STEPS) -> Run:
+    run = Run(machine, batch, seed)
+    for _ in range(steps):
+        run.step(FixedK(k))
+    return run
+
+
+def test_stalled_steps_leave_the_decision_near_the_best() -> None:
+    """15% of steps take 3-6x as long. Over 30 seeds the decision's true goodput must be within
+    3% of the best in at least 24. The power check was run by hand: the controller these tests
+    replaced (exponential means, a single step pricing an arm) met it in 19 of the same 30."""
+    machine = Machine(stall_share=0.15)
+    best = machine.goodput(machine.best())
+    near = [k for k in (0, 1, 2, 3, 4, 5, 6, 8) if machine.goodput(k) >= 0.97 * best]
+    assert near == [2, 3, 4]  # the check has power: K = 1 and K = 5 are outside it
+    hits = sum(machine.goodput(_learn(machine, 8, seed)[0].decisions()[0].k) >= 0.97 * best for seed in SEEDS)
+    assert hits >= 24
+
+
+def test_on_a_noisy_machine_it_keeps_close_to_the_best_fixed_k() -> None:
+    """Realised goodput against the best fixed K on the same stalls (paired by seed): the
+    median ratio over 30 seeds, and every seed above a floor. (The controller these tests
+    replaced: median 0.928, worst 0.70, on the same seeds.)"""
+    machine = Machine(stall_share=0.15)
+    ratios = []
+    for seed in SEEDS:
+        _, learned = _learn(machine, 8, seed)
+        ratios.append(learned.goodput / _fixed(machine, 8, seed, machine.best()).goodput)
+    assert statistics.median(ratios) >= 0.95
+    assert min(ratios) >= 0.80
+
+
+def test_a_catch_up_is_charged_to_the_switch_not_to_the_arm() -> None:
+    """K = 0 and K = 1 nearly tie, so the controller keeps exploring from K = 0, and each time
+    the drafter catches up on what it missed. The arms' step times stay their own, the switch's
+    cost is kept apart, and where it is dear the controller switches less often and holds what
+    it switched to longer (20 seeds each, the same stalls)."""
+    costly = Machine(slope=0.6, alpha=0.6, stall_share=0.1, catch_up_per_token=0.002)
+    free = Machine(slope=0.6, alpha=0.6, stall_share=0.1)
+    assert abs(costly.goodput(1) / costly.goodput(0) - 1) < 0.01
+    held: dict[float, list[int]] = {costly.catch_up_per_token: [], free.catch_up_per_token: []}
+    for seed in range(20):
+        for machine in (costly, free):
+            controller, run = _learn(machine, 8, seed)
+            held[machine.catch_up_per_token] += _runs_of_drafting(run.ks)
+            cell = next(iter(controller.cells.values()))
+            for k, stat in cell.seconds.items():
+                # A catch-up here costs 3x a step or more; stalls move a robust mean far less.
+                if stat.samples >= 12:
+                    assert abs(stat.mean / machine.seconds(k) - 1) <= 0.3, (seed, k)
+            if machine is costly and cell.switch.count:
+                assert cell.switch.mean >= 8 * 2 * costly.catch_up_per_token  # two steps missed, or more
+    dear, cheap = held[costly.catch_up_per_token], held[free.catch_up_per_token]
+    assert len(dear) < len(cheap)
+    assert statistics.mean(dear) > statistics.mean(cheap)
+
+
+def _runs_of_drafting(ks: list[int]) -> list[int]:
+    """Lengths of the stretches of K > 0 steps that follow a K = 0 step."""
+    runs, current, after_off = [], 0, False
+    for k in ks:
+        if k:
+            current += 1
+        else:
+            if current and after_off:
+                runs.append(current)
+            current, after_off = 0, True
+    return runs
+
+
+def test_a_fresh_cell_tries_the_arms_nearest_its_decision_first() -> None:
+    machine = Machine()
+    controller, run = _learn(machine, 1, seed=0, steps=60)
+    start = run.ks[0]
+    tried = list(dict.fromkeys(run.ks))  # in order of first use
+    assert sorted(tried[1:3]) == [start - 1, start + 1]
+    assert machine.goodput(controller.decisions()[0].k) >= 0.97 * machine.goodput(machine.best())
