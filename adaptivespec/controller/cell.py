@@ -231,25 +231,27 @@ class Cell:
         """Re-prunes the candidates.
 
         An arm stays a candidate while its upper bound is within `prune_margin` of the best
-        prediction and above the decision's lower bound: exploration never spends a step on an
-        arm the measurements already show to be worse. Arms above the decision whose bound is
-        below even the margin, or that a smaller K dominates, are ruled out at larger batches
-        too (`inherited` there). K = 0, the cheapest step and the baseline every other arm must
-        beat, is always measured before it can be pruned: its bound is inferred from the other
-        arms, and an optimistic acceptance estimate would otherwise rule it out unseen.
+        prediction and above the decision's lower bound: exploration never spends a step on an arm
+        the measurements already show to be worse. Arms above the decision whose bound is below
+        even the margin, or that a smaller K dominates, are out here; those measured enough to
+        judge are ruled out at larger batches too (`inherited` there): an arm priced on one or two
+        steps, which may have stalled, is left for each batch to try again. K = 0, the cheapest
+        step and the baseline every other arm must beat, is always measured before it can be
+        pruned: its bound is inferred from the other arms, and an optimistic acceptance estimate
+        would otherwise rule it out unseen.
         """
         bounds = self._upper
         lowers = {j: prices.lower(j, predicted) for j in predicted}
         margin_floor = (1 - self.settings.prune_margin) * max(predicted.values())
         floor = max(margin_floor, lowers.get(self.decided, 0.0))
         pruned_above = {k for k, bound in bounds.items() if k > self.decided and bound < margin_floor}
-        self.ruled_out = self._dominated(lowers) | inherited | pruned_above
+        out_here = self._dominated(lowers) | pruned_above | inherited
+        judged = {k for k in out_here if prices.support.get(k, 0.0) >= MIN_ROBUST}
+        self.ruled_out = frozenset(judged) | inherited
         self.candidates = tuple(
             k
             for k, bound in bounds.items()
-            if k == self.decided
-            or (bound >= floor and k not in self.ruled_out)
-            or (k == 0 and k not in predicted)
+            if k == self.decided or (bound >= floor and k not in out_here) or (k == 0 and k not in predicted)
         )
 
     def _dominated(self, lowers: dict[int, float]) -> frozenset[int]:
