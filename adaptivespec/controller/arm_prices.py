@@ -70,7 +70,7 @@ class ArmPrices:
         for k in self.arms:
             if k in predicted:
                 bounds[k] = predicted[k] * (1 + self._upper_error(k))
-                if self.tail >= NOISY_TAIL and _samples(self.times.get(k)) < 2:
+                if self.tail >= NOISY_TAIL and samples_of(self.times.get(k)) < 2:
                     others = OptimisticCosts({j: t for j, t in self.times.items() if j != k}, floor)
                     if (seconds := others.seconds(k)) is not None:
                         bounds[k] = max(bounds[k], self._price(k, seconds) * (1 + Z * MIN_RELATIVE_ERROR))
@@ -86,7 +86,7 @@ class ArmPrices:
         stat = self.times.get(k)
         if stat is None or stat.count < 2 or stat.mean <= 0:
             return MIN_RELATIVE_ERROR
-        samples = min(float(stat.count) + self.support[k] - _samples(stat), self.window)
+        samples = min(float(stat.count) + self.support[k] - samples_of(stat), self.window)
         return max(sqrt(stat.var / samples) / stat.mean, MIN_RELATIVE_ERROR)
 
     def _upper_error(self, k: int) -> float:
@@ -100,11 +100,12 @@ class ArmPrices:
         return self.tokens[k] / seconds / self.scale
 
 
-def _samples(stat: Summary | None) -> int:
+def samples_of(stat: Summary | None) -> int:
+    """The steps a step-time estimate stands on: a robust stat's window; pooled stats count all."""
     if stat is None:
         return 0
-    recent = getattr(stat, "samples", None)  # a robust stat's window; pooled stats count all
-    return max(int(recent if recent is not None else stat.count), 1)
+    recent = getattr(stat, "samples", None)
+    return int(recent if recent is not None else stat.count)
 
 
 def _shrunk(times: Mapping[int, Summary]) -> tuple[dict[int, float], dict[int, float]]:
@@ -118,7 +119,7 @@ def _shrunk(times: Mapping[int, Summary]) -> tuple[dict[int, float], dict[int, f
     steps, whatever the line says. K = 0 runs no drafter (a plain step is another kernel) and
     stands on its own steps; so does an arm with fewer than two others to draw a line through.
     """
-    measured = {k: (stat.mean, float(_samples(stat))) for k, stat in times.items() if stat.count}
+    measured = {k: (stat.mean, float(samples_of(stat))) for k, stat in times.items() if stat.count}
     seconds = {k: mean for k, (mean, _) in measured.items()}
     support = {k: n for k, (_, n) in measured.items()}
     for k, (mean, n) in measured.items():

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import ceil, erf, inf, sqrt
 
-from adaptivespec.controller.arm_prices import ArmPrices, CostFloor
+from adaptivespec.controller.arm_prices import ArmPrices, CostFloor, samples_of
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.robust_stat import MIN_ROBUST, RobustStat
@@ -167,17 +167,13 @@ class Cell:
             self.running = self._priced_switch(was, self._pull(predicted, share), predicted)
             # An arm measured too few times to judge needs one step more; a judged one is held,
             # and longer when switching to it cost a catch-up.
-            judged = self.running in predicted and self._samples(self.running) >= MIN_ROBUST
+            judged = self.running in predicted and samples_of(self.times().get(self.running)) >= MIN_ROBUST
             self._dwell_left = self._dwell(was, self.running) - 1 if judged else 0
         self.pulls += 1
         if self.running != self.decided:
             lower = prices.lower(self.decided, predicted)
             self.dominated_pulls += self._upper.get(self.running, inf) < lower
         return self.running
-
-    def _samples(self, k: int) -> int:
-        stat = self.times().get(k)
-        return 0 if stat is None else int(getattr(stat, "samples", stat.count))
 
     def _pull(self, predicted: dict[int, float], share: ProbeShare) -> int:
         """Unmeasured candidates first, nearest the decision; then the highest upper bound.
@@ -214,7 +210,7 @@ class Cell:
         seconds = self.times().get(choice)
         if not switch or choice == self.decided or self.decided not in predicted or seconds is None:
             return choice  # no switch to pay, or an unmeasured arm: its one step measures it
-        held = self._dwell(was, choice) if self._samples(choice) >= MIN_ROBUST else 1
+        held = self._dwell(was, choice) if samples_of(seconds) >= MIN_ROBUST else 1
         best_case = self._upper.get(choice, inf) * held * seconds.mean / (held * seconds.mean + switch)
         return choice if best_case >= predicted[self.decided] else self.decided
 
