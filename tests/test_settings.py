@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptivespec.config import DEFAULT_MODEL
+from adaptivespec.config import DEFAULT_MODEL, ModelConfig
 from adaptivespec.errors import ConfigError
 from adaptivespec.settings import load
 
@@ -127,3 +127,12 @@ def test_the_example_config_names_every_key_with_its_default() -> None:
                 continue
             default = fields[name].default  # as declared: __post_init__ may resolve "auto"
             assert value == (list(default) if isinstance(default, tuple) else default), (section, name)
+
+
+def test_bad_suffix_settings_are_refused_with_their_key() -> None:
+    with pytest.raises(ConfigError, match="suffix_min_prob"):
+        ModelConfig(suffix_min_prob=1.5)
+    with pytest.raises(ConfigError, match="suffix_max_depth"):
+        ModelConfig(suffix_max_depth=0)
+    with pytest.raises(ConfigError, match="suffix_cached_requests"):
+        ModelConfig(suffix_cached_requests=-1)

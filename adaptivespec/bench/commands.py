@@ -20,6 +20,7 @@ from adaptivespec.bench import (
     control,
     controller,
     coupling,
+    drafters,
     engine,
     fleet,
     serve,
@@ -57,6 +58,7 @@ def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     accept.add_argument("--steps", type=int, default=64)
     control.register(kinds)
     coupling.register(kinds)
+    drafters.register(kinds)
     fleet.register(kinds)
     calibrate.register(kinds)
     controller.register(kinds)
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> None:
     commands: dict[str, Callable[[argparse.Namespace], object]] = {
         "control": control.run,
         "coupling": coupling.run,
+        "drafters": drafters.run,
         "fleet": fleet.run,
         "calibrate": calibrate.run,
         "controller": controller.run,

@@ -27,11 +27,14 @@ from adaptivespec.bench.oracle import (
 )
 from adaptivespec.bench.plot import goodput_by_batch
 from adaptivespec.bench.steps import prompt_windows
-from adaptivespec.config import DEFAULT_MODEL, EngineConfig, ModelConfig
+from adaptivespec.bench.traffic_mixes import MIXES
+from adaptivespec.bench.traffic_mixes import prompts as traffic_prompts
+from adaptivespec.config import DEFAULT_MODEL, PROPOSERS, EngineConfig, ModelConfig
 from adaptivespec.controller.buckets import BATCH_BUCKETS
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.demo_models import held_out_documents
-from adaptivespec.engine.loader import load_runner
+from adaptivespec.engine.loader import load_runner, load_tokenizer
+from adaptivespec.engine.model_sources import resolve_models
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
@@ -65,6 +68,12 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--quick", action="store_true", help="hf: a reduced run (batch <= 16, 20 steps per bucket), same keys"
     )
     control.add_argument("--seed", type=int, default=0)
+    control.add_argument(
+        "--traffic", choices=MIXES, default="chat", help="hf: the prompts' mix (traffic_mixes.py)"
+    )
+    control.add_argument(
+        "--proposer", choices=PROPOSERS, default="auto", help="hf: the drafter (auto: the draft, else ngram)"
+    )
     control.add_argument(
         "--background-load",
         type=int,
@@ -129,16 +138,22 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
         raise ConfigError("--background-load must be >= 0")
     if steps < 1 or not 1 <= repeats <= steps:
         raise ConfigError("--steps-per-bucket must be >= 1 and --repeats in [1, steps per bucket]")
-    models = ModelConfig(target=args.target or DEFAULT_MODEL, draft=args.draft, device="auto")
+    models = ModelConfig(
+        target=args.target or DEFAULT_MODEL, draft=args.draft, proposer=args.proposer, device="auto"
+    )
+    tokenizer = load_tokenizer(str(resolve_models(models, progress=False)[0].path))
+    if args.traffic == "chat":
+        prompts = prompt_windows(tokenizer, held_out_documents(), 256, 64)
+    else:
+        prompts = traffic_prompts(args.traffic, tokenizer, 256, args.seed)
     engine = EngineConfig(
         max_batch=args.max_batch,
         max_queued=args.max_batch,
-        max_context=64 + args.new_tokens + 16,
+        max_context=max(len(p) for p in prompts) + args.new_tokens + 16,
         threads=args.threads,
         models=models,
     )
     loaded = load_runner(engine)
-    prompts = prompt_windows(loaded.tokenizer, held_out_documents(), 256, 64)
     load = default_load(steps - steps % repeats, up_to=args.max_batch)
     loop = HFLoop(loaded.runner, prompts, args.new_tokens, load, args.seed)
     args.repeats = repeats
@@ -147,7 +162,8 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
         "model_key": loaded.runner.model_key,
         "hardware_key": loaded.runner.hardware_key,
         **machine(loaded.runner.hardware_key),
-        "prompt_tokens": 64,
+        "traffic": args.traffic,
+        "prompt_tokens": [min(len(p) for p in prompts), max(len(p) for p in prompts)],
         "new_tokens": args.new_tokens,
         "steps_per_bucket": steps - steps % repeats,
         "repeats": repeats,

@@ -45,6 +45,8 @@ class HFLoop:
         """
         rng = np.random.default_rng([self.seed, phase, repeat])
         batch = self.load[phase].concurrency
+        # Every contender replays these requests: none may draft from another's outputs.
+        self.runner.forget_history()
         next_prompt = int(rng.integers(len(self.prompts)))
         for start in range(0, batch, 16):
             items = [self._item(next_prompt + r) for r in range(start, min(start + 16, batch))]

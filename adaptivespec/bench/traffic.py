@@ -83,27 +83,38 @@ class Request:
 
 
 def requests(
-    shape: TrafficShape, rate: float | None, count: int, corpus: list[int], seed: int
+    shape: TrafficShape,
+    rate: float | None,
+    count: int,
+    corpus: list[int],
+    seed: int,
+    *,
+    prompts: list[list[int]] | None = None,
 ) -> list[Request]:
-    """`count` requests arriving at `rate` per second (None: all at once), prompts cut from `corpus`.
+    """`count` requests arriving at `rate` per second (None: all at once), prompts cut from
+    `corpus`, or taken in turn from `prompts` (a named mix, traffic_mixes.py) when given.
 
     The seed fixes the lengths and prompts, not the arrivals alone, so every rate serves the
     same requests in the same order, only spaced differently.
     """
     rng = np.random.default_rng(seed)
-    prompts = shape.prompt.draw(rng, count)
+    lengths = shape.prompt.draw(rng, count)
     outputs = shape.output.draw(rng, count)
     if len(corpus) <= shape.prompt.high:
         raise ValueError(
             f"the prompt corpus has {len(corpus)} tokens; prompts need up to {shape.prompt.high}"
         )
     starts = rng.integers(0, len(corpus) - shape.prompt.high, size=count)
+    if prompts is None:
+        chosen = [corpus[int(s) : int(s) + n] for s, n in zip(starts, lengths, strict=True)]
+    else:
+        chosen = [prompts[i % len(prompts)] for i in range(count)]
+        longest = max(len(p) for p in chosen)
+        if longest > shape.prompt.high:
+            raise ValueError(f"a prompt of the mix has {longest} tokens, above {shape.prompt.high}")
     gaps = np.random.default_rng([seed, 1]).exponential(1.0 / rate, size=count) if rate else np.zeros(count)
     arrivals = np.cumsum(gaps) - gaps[0]  # the first request arrives at time 0
-    return [
-        Request(float(at), corpus[int(s) : int(s) + n], m)
-        for at, s, n, m in zip(arrivals, starts, prompts, outputs, strict=True)
-    ]
+    return [Request(float(at), p, m) for at, p, m in zip(arrivals, chosen, outputs, strict=True)]
 
 
 @dataclass(slots=True)

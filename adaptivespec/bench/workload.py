@@ -35,7 +35,9 @@ from adaptivespec.bench.traffic import (
     requests,
     summarize,
 )
-from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
+from adaptivespec.bench.traffic_mixes import MIXES
+from adaptivespec.bench.traffic_mixes import prompts as traffic_prompts
+from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, PROPOSERS, EngineConfig, ModelConfig
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.policy import FixedK, SpecPolicy
@@ -87,6 +89,8 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="tokens of the long prompt (default 2000; --quick 1000; 0: skip)",
     )
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--traffic", choices=MIXES, default="chat", help="the prompts' mix (traffic_mixes.py)")
+    bench.add_argument("--proposer", choices=PROPOSERS, default="auto", help="ours' drafter")
     bench.add_argument(
         "--quick",
         action="store_true",
@@ -138,7 +142,9 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     long_tokens = args.long_prompt if args.long_prompt is not None else (1000 if args.quick else 2000)
     context = max(plan.shape.longest, long_tokens + prefill_stall.STREAM_PROMPT) + 8
     rows = max(args.max_batch, args.streams + 1)
-    models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    models = ModelConfig(
+        target=args.target, draft=args.draft, proposer=args.proposer, device=args.device, dtype=args.dtype
+    )
     config = EngineConfig(
         max_batch=rows,
         max_queued=max(256, plan.count),
@@ -148,6 +154,11 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     )
     loaded = await asyncio.get_running_loop().run_in_executor(compute, load_runner, config)
     corpus = loaded.tokenizer.encode("\n".join(held_out_documents()), add_special_tokens=False)
+    mix = (
+        None
+        if args.traffic == "chat"
+        else traffic_prompts(args.traffic, loaded.tokenizer, plan.count, args.seed)
+    )
     serving = EngineConfig(
         max_batch=args.max_batch,
         max_queued=config.max_queued,
@@ -166,6 +177,7 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         "rates": [],
     }
     report["traffic"] = {
+        "mix": args.traffic,
         "prompt_tokens": [plan.shape.prompt.low, plan.shape.prompt.high],
         "output_tokens": [plan.shape.output.low, plan.shape.output.high],
         "requests_per_rate": plan.count,
@@ -182,7 +194,7 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     print(_HEADER, flush=True)
     try:
         for rate in plan.rates:
-            traffic = requests(plan.shape, rate, plan.count, corpus, args.seed)
+            traffic = requests(plan.shape, rate, plan.count, corpus, args.seed, prompts=mix)
             engines: dict[str, Any] = {}
             reference: list[list[int]] | None = None
             for name in plan.engines:

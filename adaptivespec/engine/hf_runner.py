@@ -238,6 +238,12 @@ class HFRunner:
         for s, d in zip(srcs, dsts, strict=True):
             self._seeds[d] = self._seeds[s]
 
+    def forget_history(self) -> None:
+        """The drafter forgets earlier requests (benchmarks replaying them to each contender);
+        the rows must be prefilled again before the next step."""
+        if self.proposer is not None:
+            self.proposer.forget()
+
     def _propose(self, batch: int, k: int, sampling: BatchSampling) -> Proposal | None:
         if k <= 0 or self.proposer is None:
             return None  # K = 0 never touches the drafter

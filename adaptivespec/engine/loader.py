@@ -37,7 +37,8 @@ from adaptivespec.engine.model_sources import ModelSource, resolve_models
 from adaptivespec.engine.packed_gqa import use_attention
 from adaptivespec.engine.packed_linear import can_pack, pack_linears
 from adaptivespec.engine.proposers import DraftModelProposer, NgramProposer, Proposer
-from adaptivespec.errors import ModelLoadError
+from adaptivespec.engine.suffix_proposer import INSTALL_HINT, SuffixProposer, suffix_available
+from adaptivespec.errors import ConfigError, ModelLoadError
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,8 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> froze
 
 def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     models = config.models
+    if models.proposer == "suffix" and not suffix_available():
+        raise ConfigError(INSTALL_HINT)  # before minutes of loading, not after
     device = resolve_device(models.device)
     dtype = resolve_dtype(models.dtype, device)
     threads = set_threads(config.threads)  # before the hardware key, which names the thread count
@@ -162,7 +165,9 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     kv = _kv_plan(config, [m for m in (target, draft) if m is not None], cache_len, device, dtype)
     announce(progress, kv.describe(cache_len))
     proposer: Proposer
-    if draft is None or draft_source is None:
+    if models.proposer == "suffix":
+        proposer = SuffixProposer(models.suffix, kv.rows)
+    elif draft is None or draft_source is None:
         proposer = NgramProposer(models.ngram_max, models.ngram_min)
     else:
         proposer = DraftModelProposer(

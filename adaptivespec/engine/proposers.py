@@ -62,6 +62,11 @@ class Proposer(Protocol):
 
     def move_rows(self, srcs: list[int], dsts: list[int], upto: int) -> None: ...
 
+    def forget(self) -> None:
+        """Drops what it learned from earlier requests, for benchmarks that replay the same
+        requests to each contender; the rows must be prefilled again before the next draft."""
+        ...
+
 
 class DraftModelProposer:
     """Drafts with a small causal LM that shares the target's tokenizer.
@@ -141,6 +146,9 @@ class DraftModelProposer:
         self.draft.cache.move_rows(upload(srcs, device), upload(dsts, device), upto)
         self.cached[dsts] = self.cached[srcs]
 
+    def forget(self) -> None:
+        return None  # it learns nothing across requests
+
     def _forward(self, ids: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
         return self.draft.forward(0, ids, layout, last_only=True, step=True)[
             :, -1, : self.shared_width
@@ -198,4 +206,7 @@ class NgramProposer:
         return None
 
     def move_rows(self, srcs: list[int], dsts: list[int], upto: int) -> None:
+        return None
+
+    def forget(self) -> None:
         return None

@@ -7,6 +7,7 @@ import pytest
 
 from adaptivespec.bench.oracle import crossover
 from adaptivespec.cli import main
+from adaptivespec.engine.suffix_proposer import suffix_available
 
 from ..conftest import TinyPair
 
@@ -118,3 +119,21 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     assert 0 < low <= high and point > 0
     assert {"adaptive_steps_to_95", "plain_ucb_steps_to_95"} <= report["sample_efficiency"].keys()
     assert "holds:" in capsys.readouterr().out
+
+
+def test_bench_control_on_the_real_engine_takes_a_traffic_mix_and_a_drafter(
+    tiny_pair: TinyPair, tmp_path: Path
+) -> None:
+    """Shape only: the mix's prompts and the drafter asked for are what the run used."""
+    out = tmp_path / "mix.json"
+    proposer = "suffix" if suffix_available() else "ngram"
+    args = ["bench", "control", "--backend", "hf", "--quick", "--target", str(tiny_pair.target)]
+    args += ["--traffic", "agent", "--proposer", proposer, "--max-batch", "2"]
+    assert (
+        main([*args, "--steps-per-bucket", "4", "--repeats", "2", "--new-tokens", "4", "--json", str(out)])
+        == 0
+    )
+    scenario = json.loads(out.read_text())["scenario"]
+    assert scenario["traffic"] == "agent" and scenario["model_key"].split("+")[1].startswith(proposer)
+    low, high = scenario["prompt_tokens"]
+    assert 64 < low <= high  # whole agent turns, not 64-token windows

@@ -1,0 +1,216 @@
+"""`adaptivespec bench drafters`: what each drafter keeps per verify step, and its decode speed.
+
+At batch 1, greedy, every request of a traffic mix (traffic_mixes.py) is decoded by each
+contender in turn: `off` (K = 0), then each drafter at K. Contenders alternate within each
+round, in an order that rotates from round to round, so drift between minutes falls on all
+alike; each round starts fresh drafters, so that a suffix tree's global cache holds only
+that round's earlier requests, never the same request's output from an earlier round. Every
+contender's tokens must equal `off`'s. `suffix-local` is suffix without the global tree
+(max_cached_requests = 0): the global tree's own gain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from adaptivespec.bench.machine import machine
+from adaptivespec.bench.traffic_mixes import MIXES, prompts
+from adaptivespec.config import EngineConfig, ModelConfig, SuffixSettings
+from adaptivespec.engine.hf_runner import HFRunner
+from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.proposers import NgramProposer, Proposer
+from adaptivespec.engine.runner import PrefillItem
+from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
+
+GREEDY = SamplingParams(max_tokens=1 << 20, temperature=0.0)
+DRAFTERS = ("ngram", "suffix", "suffix-local")
+# "off+D": drafter D loaded, every step at K = 0: what a loaded drafter costs a plain step.
+OFF_WITH = tuple(f"off+{d}" for d in DRAFTERS)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One contender over every request of one round."""
+
+    tokens: int  # generated after each request's first token
+    steps: int  # decode steps (verify passes)
+    seconds: float  # decode steps' time
+    outputs: tuple[tuple[int, ...], ...]
+
+    @property
+    def per_step(self) -> float:
+        return self.tokens / self.steps
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = kinds.add_parser(
+        "drafters", help="tokens per verify step and decode speed of each drafter, batch 1"
+    )
+    bench.add_argument("--traffic", choices=MIXES, default="code-edit")
+    bench.add_argument("--target", default="smollm2-135m-instruct")
+    bench.add_argument(
+        "--drafters", default="ngram,suffix", help=f"comma-separated, of {DRAFTERS + OFF_WITH}"
+    )
+    bench.add_argument("--k", type=int, default=8)
+    bench.add_argument("--requests", type=int, default=8)
+    bench.add_argument("--max-tokens", type=int, default=192)
+    bench.add_argument("--rounds", type=int, default=3)
+    bench.add_argument("--seed", type=int, default=0, help="which prompts (other seeds: other prompts)")
+    defaults = SuffixSettings()
+    bench.add_argument("--suffix-spec-factor", type=float, default=defaults.max_spec_factor)
+    bench.add_argument("--suffix-min-prob", type=float, default=defaults.min_token_prob)
+    bench.add_argument("--json", type=Path, default=None)
+
+
+def run(args: argparse.Namespace) -> None:
+    drafters = [d for d in args.drafters.split(",") if d]
+    unknown = sorted(set(drafters) - set(DRAFTERS + OFF_WITH))
+    if unknown:
+        raise SystemExit(f"unknown drafters {unknown}: choose among {DRAFTERS + OFF_WITH}")
+    if any("suffix" in d for d in drafters) and not suffix_available():
+        raise SystemExit("suffix needs arctic-inference: run ops/install-suffix.sh")
+    models = ModelConfig(
+        target=args.target,
+        proposer="ngram",
+        device="cpu",
+        dtype="float32",
+        suffix_spec_factor=args.suffix_spec_factor,
+        suffix_min_prob=args.suffix_min_prob,
+    )
+    config = EngineConfig(
+        max_batch=1, max_context=2048, max_spec_tokens=args.k, threads=args.threads, models=models
+    )
+    loaded = load_runner(config)
+    requests = prompts(args.traffic, loaded.tokenizer, args.requests, args.seed)
+    longest = max(len(p) for p in requests) + args.max_tokens + args.k + 1
+    if longest > config.max_context:
+        raise SystemExit(f"a request needs {longest} positions; lower --max-tokens or --requests")
+    names = ["off", *drafters]
+    runs: dict[str, list[Run]] = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
+        for name in order:
+            runner = _runner(loaded, config, name)
+            k = 0 if name.startswith("off") else args.k
+            runs[name].append(_decode_all(runner, requests, k, args.max_tokens))
+            print(
+                f"round {round_ + 1}/{args.rounds} {name}: {runs[name][-1].per_step:.2f} tokens/step, "
+                f"{runs[name][-1].tok_s:.1f} tok/s",
+                flush=True,
+            )
+    result = {
+        "machine": machine(loaded.runner.hardware_key),
+        "scenario": {
+            "traffic": args.traffic,
+            "target": args.target,
+            "k": args.k,
+            "requests": len(requests),
+            "prompt_tokens": [min(len(p) for p in requests), max(len(p) for p in requests)],
+            "max_tokens": args.max_tokens,
+            "rounds": args.rounds,
+            "seed": args.seed,
+            "batch": 1,
+            "suffix": asdict(models.suffix),
+        },
+        "contenders": [_summary(name, runs[name], runs["off"]) for name in names],
+    }
+    _print(result)
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+def _runner(loaded: LoadedModels, config: EngineConfig, name: str) -> HFRunner:
+    """A fresh runner on the loaded target's weights, with this contender's drafter."""
+    base = loaded.runner
+    name = name.removeprefix("off+")
+    proposer: Proposer | None = None
+    if name == "ngram":
+        proposer = NgramProposer(config.models.ngram_max, config.models.ngram_min)
+    elif name.startswith("suffix"):
+        settings = config.models.suffix
+        if name == "suffix-local":
+            settings = SuffixSettings(
+                settings.max_tree_depth, 0, settings.max_spec_factor, settings.min_token_prob
+            )
+        proposer = SuffixProposer(settings, max_batch=1)
+    return HFRunner(
+        base.target.model,
+        proposer,
+        max_batch=1,
+        max_context=config.max_context,
+        max_spec_tokens=config.max_spec_tokens,
+        eos_token_ids=base.eos_token_ids,
+        model_key=base.model_key,
+        hardware_key=base.hardware_key,
+        clock=base.clock,
+    )
+
+
+@torch.inference_mode()
+def _decode_all(runner: HFRunner, requests: list[list[int]], k: int, max_tokens: int) -> Run:
+    tokens = steps = 0
+    seconds = 0.0
+    outputs = []
+    for prompt in requests:
+        first = runner.prefill(0, [PrefillItem(prompt, GREEDY, seed=0)]).first_tokens[0]
+        assert first is not None
+        output = [first]
+        while len(output) < max_tokens and output[-1] not in runner.eos_token_ids:
+            out = runner.decode(1, k)
+            output += out.tokens[0]
+            steps += 1
+            seconds += out.step_seconds
+        stop = next((i + 1 for i, t in enumerate(output) if t in runner.eos_token_ids), len(output))
+        output = output[: min(stop, max_tokens)]
+        tokens += len(output) - 1
+        outputs.append(tuple(output))
+    return Run(tokens, steps, seconds, tuple(outputs))
+
+
+def _summary(name: str, runs: list[Run], off: list[Run]) -> dict[str, Any]:
+    median = statistics.median
+    speedups = [r.tok_s / o.tok_s for r, o in zip(runs, off, strict=True)]
+    return {
+        "name": name,
+        "tokens_per_step": median(r.per_step for r in runs),
+        "tok_s": median(r.tok_s for r in runs),
+        "step_ms": median(1e3 * r.seconds / r.steps for r in runs),
+        "step_ratio_to_off": median(
+            (r.seconds / r.steps) / (o.seconds / o.steps) for r, o in zip(runs, off, strict=True)
+        ),
+        "tok_s_range": [min(r.tok_s for r in runs), max(r.tok_s for r in runs)],
+        "speedup_over_off": median(speedups),
+        "speedup_range": [min(speedups), max(speedups)],
+        "identical_to_off": all(r.outputs == o.outputs for r, o in zip(runs, off, strict=True)),
+        "tokens": runs[0].tokens,
+        "steps": [r.steps for r in runs],
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    scenario = result["scenario"]
+    print(
+        f"\n{scenario['traffic']}, batch 1, K = {scenario['k']}, {scenario['requests']} requests, "
+        f"{scenario['rounds']} rounds (medians, [range])"
+    )
+    header = f"{'contender':<14}{'tokens/step':>12}{'step ms':>9}{'tok/s':>10}{'x off':>8}  {'range':<14}"
+    print(header + "same as off")
+    for c in result["contenders"]:
+        span = f"[{c['speedup_range'][0]:.2f}, {c['speedup_range'][1]:.2f}]"
+        print(
+            f"{c['name']:<14}{c['tokens_per_step']:>12.2f}{c['step_ms']:>9.1f}{c['tok_s']:>10.1f}"
+            f"{c['speedup_over_off']:>8.2f}  "
+            f"{span:<14}{c['identical_to_off']}"
+        )
