@@ -95,7 +95,7 @@ class ModelConfig:
     dtype: DType = "auto"
     ngram_max: int = 3
     ngram_min: int = 2
-    # The suffix proposer (SuffixSettings): flat, so that TOML and flags set them like the rest.
+    # The suffix proposer (SuffixSettings): flat, so that TOML and the environment set them.
     suffix_max_depth: int = 24
     suffix_cached_requests: int = 1000
     suffix_spec_factor: float = 1.0

@@ -166,10 +166,11 @@ def _decode_all(runner: HFRunner, requests: list[list[int]], k: int, max_tokens:
     for prompt in requests:
         first = runner.prefill(0, [PrefillItem(prompt, GREEDY, seed=0)]).first_tokens[0]
         assert first is not None
-        output = [first]
-        while len(output) < max_tokens and output[-1] not in runner.eos_token_ids:
+        output, ended = [first], first in runner.eos_token_ids
+        while len(output) < max_tokens and not ended:
             out = runner.decode(1, k)
             output += out.tokens[0]
+            ended = any(t in runner.eos_token_ids for t in out.tokens[0])
             steps += 1
             seconds += out.step_seconds
         stop = next((i + 1 for i, t in enumerate(output) if t in runner.eos_token_ids), len(output))

@@ -8,7 +8,8 @@
 - `mixed`: the three interleaved.
 
 Prompts go through the model's chat template when it has one. A seed picks the functions,
-names and sessions, so `seed` 0 and 1 give different (held-out from each other) prompt sets.
+names and sessions, so another seed gives other prompts (drawn independently: two seeds'
+sets may share a function, though the 8-prompt sets of seeds 0 and 1 share none).
 """
 
 from __future__ import annotations
