@@ -23,6 +23,7 @@ from adaptivespec.bench import (
     drafters,
     engine,
     fleet,
+    off_cost,
     serve,
     step_profile,
     step_variants,
@@ -59,6 +60,7 @@ def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     control.register(kinds)
     coupling.register(kinds)
     drafters.register(kinds)
+    off_cost.register(kinds)
     fleet.register(kinds)
     calibrate.register(kinds)
     controller.register(kinds)
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace) -> None:
         "control": control.run,
         "coupling": coupling.run,
         "drafters": drafters.run,
+        "off-cost": off_cost.run,
         "fleet": fleet.run,
         "calibrate": calibrate.run,
         "controller": controller.run,
