@@ -21,17 +21,17 @@ from typing import Any
 import torch
 
 from adaptivespec.bench.machine import machine
+from adaptivespec.bench.sibling_runners import MODEL_FREE, model_free_proposer, sibling
 from adaptivespec.bench.traffic_mixes import MIXES, prompts
 from adaptivespec.config import EngineConfig, ModelConfig, SuffixSettings
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import LoadedModels, load_runner
-from adaptivespec.engine.proposers import NgramProposer, Proposer
 from adaptivespec.engine.runner import PrefillItem
 from adaptivespec.engine.sampling import SamplingParams
-from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
+from adaptivespec.engine.suffix_proposer import suffix_available
 
 GREEDY = SamplingParams(max_tokens=1 << 20, temperature=0.0)
-DRAFTERS = ("ngram", "suffix", "suffix-local")
+DRAFTERS = MODEL_FREE
 # "off+D": drafter D loaded, every step at K = 0: what a loaded drafter costs a plain step.
 OFF_WITH = tuple(f"off+{d}" for d in DRAFTERS)
 
@@ -133,29 +133,7 @@ def run(args: argparse.Namespace) -> None:
 
 def _runner(loaded: LoadedModels, config: EngineConfig, name: str) -> HFRunner:
     """A fresh runner on the loaded target's weights, with this contender's drafter."""
-    base = loaded.runner
-    name = name.removeprefix("off+")
-    proposer: Proposer | None = None
-    if name == "ngram":
-        proposer = NgramProposer(config.models.ngram_max, config.models.ngram_min)
-    elif name.startswith("suffix"):
-        settings = config.models.suffix
-        if name == "suffix-local":
-            settings = SuffixSettings(
-                settings.max_tree_depth, 0, settings.max_spec_factor, settings.min_token_prob
-            )
-        proposer = SuffixProposer(settings, max_batch=1)
-    return HFRunner(
-        base.target.model,
-        proposer,
-        max_batch=1,
-        max_context=config.max_context,
-        max_spec_tokens=config.max_spec_tokens,
-        eos_token_ids=base.eos_token_ids,
-        model_key=base.model_key,
-        hardware_key=base.hardware_key,
-        clock=base.clock,
-    )
+    return sibling(loaded.runner, model_free_proposer(name.removeprefix("off+"), config), config)
 
 
 @torch.inference_mode()

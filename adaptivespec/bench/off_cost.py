@@ -20,13 +20,13 @@ import torch
 
 from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.machine import machine
+from adaptivespec.bench.sibling_runners import model_free_proposer, sibling
 from adaptivespec.bench.steps import prefill_rows, prompt_windows
 from adaptivespec.config import DEFAULT_MODEL, DEMO_MODEL, EngineConfig, ModelConfig, ProposerKind
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import LoadedModels, load_runner
-from adaptivespec.engine.proposers import NgramProposer, Proposer
-from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
+from adaptivespec.engine.suffix_proposer import suffix_available
 
 DRAFTERS = ("ngram", "suffix", "draft")
 
@@ -87,25 +87,9 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _runner(loaded: LoadedModels, config: EngineConfig, drafter: str | None) -> HFRunner:
-    base = loaded.runner
     if drafter == "draft":
-        return base  # loaded with the draft model, which only this runner drives
-    proposer: Proposer | None = None
-    if drafter == "ngram":
-        proposer = NgramProposer(config.models.ngram_max, config.models.ngram_min)
-    elif drafter == "suffix":
-        proposer = SuffixProposer(config.models.suffix, config.max_batch)
-    return HFRunner(
-        base.target.model,
-        proposer,
-        max_batch=config.max_batch,
-        max_context=config.max_context,
-        max_spec_tokens=config.max_spec_tokens,
-        eos_token_ids=base.eos_token_ids,
-        model_key=base.model_key,
-        hardware_key=base.hardware_key,
-        clock=base.clock,
-    )
+        return loaded.runner  # loaded with the draft model, which only this runner drives
+    return sibling(loaded.runner, model_free_proposer(drafter or "off", config), config)
 
 
 @torch.inference_mode()
