@@ -100,12 +100,12 @@ def requests(
     rng = np.random.default_rng(seed)
     lengths = shape.prompt.draw(rng, count)
     outputs = shape.output.draw(rng, count)
-    if len(corpus) <= shape.prompt.high:
-        raise ValueError(
-            f"the prompt corpus has {len(corpus)} tokens; prompts need up to {shape.prompt.high}"
-        )
-    starts = rng.integers(0, len(corpus) - shape.prompt.high, size=count)
     if prompts is None:
+        if len(corpus) <= shape.prompt.high:
+            raise ValueError(
+                f"the prompt corpus has {len(corpus)} tokens; prompts need up to {shape.prompt.high}"
+            )
+        starts = rng.integers(0, len(corpus) - shape.prompt.high, size=count)
         chosen = [corpus[int(s) : int(s) + n] for s, n in zip(starts, lengths, strict=True)]
     else:
         chosen = [prompts[i % len(prompts)] for i in range(count)]

@@ -9,20 +9,20 @@ from __future__ import annotations
 import asyncio
 import os
 
-import numpy as np
 import pytest
 import torch
 
-from adaptivespec.config import EngineConfig, ModelConfig, SuffixSettings
+from adaptivespec.config import EngineConfig, SuffixSettings
 from adaptivespec.controller.policy import FixedK, StaticTable
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.rows import RowState
-from adaptivespec.engine.sampling import BatchSampling, SamplingParams
+from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
 
-from ..conftest import TEST_DEVICE, TinyPair
+from ..conftest import TinyPair, engine_config
+from .drafting import greedy, rows_of
 
 if not suffix_available():
     if os.environ.get("ADAPTIVESPEC_REQUIRE_SUFFIX"):
@@ -44,19 +44,6 @@ GREEDY = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
 
 def _sampled(i: int) -> SamplingParams:
     return SamplingParams(max_tokens=40, temperature=0.9, top_p=0.8, seed=31 + i, ignore_eos=True)
-
-
-def _config(pair: TinyPair, proposer: str, max_spec_tokens: int = 16, **models: object) -> EngineConfig:
-    model_config = ModelConfig(
-        target=str(pair.target),
-        proposer=proposer,  # type: ignore[arg-type]
-        device=TEST_DEVICE,  # type: ignore[arg-type]
-        dtype="float32",
-        **models,  # type: ignore[arg-type]
-    )
-    return EngineConfig(
-        models=model_config, max_batch=16, max_context=256, max_queued=64, max_spec_tokens=max_spec_tokens
-    )
 
 
 async def _serve(
@@ -86,7 +73,7 @@ async def _serve(
 
 @pytest.fixture(scope="module")
 def plain(tiny_pair: TinyPair) -> dict[bool, list[Completion]]:
-    config = _config(tiny_pair, "ngram")
+    config = engine_config(tiny_pair, "ngram", max_spec_tokens=16)
     return {sampled: asyncio.run(_serve(config, FixedK(0), sampled, rounds=2)) for sampled in (False, True)}
 
 
@@ -97,7 +84,9 @@ def test_suffix_output_equals_plain_decoding(
 ) -> None:
     """Greedy, and sampled under coupled noise (sampling.py), the tokens are K = 0's, token
     for token, in a staggered batch; the second round drafts from the first round's outputs."""
-    outputs = asyncio.run(_serve(_config(tiny_pair, "suffix"), FixedK(k), sampled, rounds=2))
+    outputs = asyncio.run(
+        _serve(engine_config(tiny_pair, "suffix", max_spec_tokens=16), FixedK(k), sampled, rounds=2)
+    )
     for reference, spec in zip(plain[sampled], outputs, strict=True):
         assert spec.token_ids == reference.token_ids
     drafted = sum(o.stats.drafted for o in outputs)
@@ -110,7 +99,9 @@ def test_plain_decoding_equals_transformers_generate(
     tiny_pair: TinyPair, plain: dict[bool, list[Completion]]
 ) -> None:
     """The reference above is transformers' own greedy decoding."""
-    model = load_runner(_config(tiny_pair, "ngram"), progress=False).runner.target.model
+    model = load_runner(
+        engine_config(tiny_pair, "ngram", max_spec_tokens=16), progress=False
+    ).runner.target.model
     for completion in plain[False][: len(PROMPTS)]:
         prompt = torch.tensor([completion.prompt_ids])
         reference = model.generate(
@@ -125,38 +116,15 @@ def test_switching_k_mid_stream_and_chunked_prompts_stay_exact(
 ) -> None:
     """Steps at K = 0 never touch the trees; the next drafting step feeds them what they missed.
     Prompts go in 5 tokens a step, some into plain steps' own forwards."""
-    config = _config(tiny_pair, "suffix")
-    chunked = EngineConfig(
-        models=config.models,
-        max_batch=16,
-        max_context=256,
-        max_queued=64,
-        max_spec_tokens=16,
-        prefill_chunk_tokens=5,
-    )
+    chunked = engine_config(tiny_pair, "suffix", max_spec_tokens=16, prefill_chunk_tokens=5)
     flapping = StaticTable.parse([(1, 3, 6), (4, 6, 0), (7, 9, 3)], default_k=0)
     outputs = asyncio.run(_serve(chunked, flapping, sampled=False, rounds=2))
     for reference, spec in zip(plain[False], outputs, strict=True):
         assert spec.token_ids == reference.token_ids
 
 
-def _rows(sequences: list[list[int]], width: int = 64) -> RowState:
-    rows = RowState.allocate(len(sequences), width, torch.device("cpu"))
-    for row, tokens in enumerate(sequences):
-        rows.write_prompt(row, tokens)
-    rows.set_lens(0, [len(t) for t in sequences])
-    return rows
-
-
-def _greedy(batch: int) -> BatchSampling:
-    ones = torch.ones(batch)
-    positions = np.zeros(batch, dtype=np.int64)
-    greedy = torch.ones(batch, dtype=torch.bool)
-    return BatchSampling(ones, ones, greedy, [0] * batch, positions, np.ones(batch, dtype=bool), True, False)
-
-
 def _drafts(proposer: SuffixProposer, rows: RowState, batch: int, k: int) -> list[list[int]]:
-    proposal = proposer.propose(rows, batch, k, _greedy(batch))
+    proposal = proposer.propose(rows, batch, k, greedy(batch))
     return [proposal.drafts[r, : proposal.host_n_drafts[r]].tolist() for r in range(batch)]
 
 
@@ -165,16 +133,16 @@ def _finish(proposer: SuffixProposer, rows: RowState, prompt: list[int], output:
     rows.write_prompt(0, prompt + output)
     rows.set_lens(0, [len(prompt)])
     proposer.prefill(0, [prompt], [0])
-    proposer.propose(rows, 1, 4, _greedy(1))
+    proposer.propose(rows, 1, 4, greedy(1))
     rows.set_lens(0, [len(prompt) + len(output)])
-    proposer.propose(rows, 1, 4, _greedy(1))  # the trees take the output
+    proposer.propose(rows, 1, 4, greedy(1))  # the trees take the output
 
 
 def test_drafts_come_from_the_prompt_and_grow_with_the_match() -> None:
     """The continuation of the last match, at most max_spec_factor x its length, and at most K."""
     proposer = SuffixProposer(SuffixSettings(max_cached_requests=0), max_batch=2)
     prompt = [5, 6, 7, 8, 9, 10, 11, 5, 6, 7]  # "5 6 7" was followed by "8 9 10 11"
-    rows = _rows([prompt, [1, 2, 3]])
+    rows = rows_of(prompt, [1, 2, 3])
     proposer.prefill(0, [prompt, [1, 2, 3]], [0, 0])
     assert _drafts(proposer, rows, 2, 8) == [[8, 9, 10], []]  # a 3-token match earns 3
     assert _drafts(proposer, rows, 2, 2) == [[8, 9], []]  # K caps it
@@ -190,7 +158,7 @@ def test_the_global_tree_drafts_what_another_request_wrote() -> None:
     newcomer = [90, 91, 40, 41, 42, 43]
     for cached, expected in ((1000, [44, 45, 46, 47]), (0, [])):
         proposer = SuffixProposer(SuffixSettings(max_cached_requests=cached), max_batch=1)
-        rows = _rows([[0]])
+        rows = rows_of([0])
         _finish(proposer, rows, [1, 2, 3], earlier_output)
         rows.write_prompt(0, newcomer)
         rows.set_lens(0, [len(newcomer)])
@@ -203,7 +171,7 @@ def test_requests_move_with_their_rows() -> None:
     and a prompt into the vacated row starts afresh."""
     proposer = SuffixProposer(SuffixSettings(max_cached_requests=0), max_batch=2)
     finished, moving = [7, 8, 9, 7], [3, 4, 5, 6, 3, 4]
-    rows = _rows([finished, moving])
+    rows = rows_of(finished, moving)
     proposer.prefill(0, [finished, moving], [0, 0])
     assert _drafts(proposer, rows, 2, 4) == [[8], [5, 6]]
     rows.move([1], [0])
@@ -222,7 +190,7 @@ def test_forgetting_drops_the_global_tree_and_every_row() -> None:
     earlier_output = [40, 41, 42, 43, 44, 45, 46, 47]
     newcomer = [90, 91, 40, 41, 42, 43]
     proposer = SuffixProposer(SuffixSettings(), max_batch=1)
-    rows = _rows([[0]])
+    rows = rows_of([0])
     _finish(proposer, rows, [1, 2, 3], earlier_output)
     proposer.forget()
     rows.write_prompt(0, newcomer)
