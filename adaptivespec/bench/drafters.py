@@ -31,9 +31,8 @@ from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.suffix_proposer import suffix_available
 
 GREEDY = SamplingParams(max_tokens=1 << 20, temperature=0.0)
-DRAFTERS = MODEL_FREE
 # "off+D": drafter D loaded, every step at K = 0: what a loaded drafter costs a plain step.
-OFF_WITH = tuple(f"off+{d}" for d in DRAFTERS)
+CONTENDERS = MODEL_FREE + tuple(f"off+{d}" for d in MODEL_FREE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +60,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--traffic", choices=MIXES, default="code-edit")
     bench.add_argument("--target", default="smollm2-135m-instruct")
     bench.add_argument(
-        "--drafters", default="ngram,suffix", help=f"comma-separated, of {DRAFTERS + OFF_WITH}"
+        "--drafters", default="ngram,suffix", help=f"comma-separated, of {CONTENDERS}"
     )
     bench.add_argument("--k", type=int, default=8)
     bench.add_argument("--requests", type=int, default=8)
@@ -76,9 +75,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> None:
     drafters = [d for d in args.drafters.split(",") if d]
-    unknown = sorted(set(drafters) - set(DRAFTERS + OFF_WITH))
+    unknown = sorted(set(drafters) - set(CONTENDERS))
     if unknown:
-        raise SystemExit(f"unknown drafters {unknown}: choose among {DRAFTERS + OFF_WITH}")
+        raise SystemExit(f"unknown drafters {unknown}: choose among {CONTENDERS}")
     if any("suffix" in d for d in drafters) and not suffix_available():
         raise SystemExit("suffix needs arctic-inference: run ops/install-suffix.sh")
     models = ModelConfig(
