@@ -26,11 +26,6 @@ SECANT_FRACTION = 0.5
 PRIOR_SLOPE = 0.1
 
 
-def measured_seconds(times: Mapping[int, Summary], k: int) -> float | None:
-    stat = times.get(k)
-    return stat.mean if stat is not None and stat.count else None
-
-
 class OptimisticCosts:
     """The lowest step time each K can have, given one cell's measurements (sorted once) and `floor`."""
 
