@@ -24,7 +24,6 @@ from adaptivespec.config import (
     DEVICES,
     DTYPES,
     LINEAR_CHOICES,
-    PROPOSERS,
     EngineConfig,
     ModelConfig,
 )
@@ -41,14 +40,15 @@ _TARGET_HELP = (
 _DRAFT_HELP = "draft model sharing the target's tokenizer (directory, .gguf, hub id, or 'demo')"
 _PROPOSER_HELP = (
     "auto (default): the draft model when --draft is given, else n-gram prompt lookup; "
-    "suffix: suffix trees over each request and recent outputs (ops/install-suffix.sh installs them)"
+    "suffix: suffix trees over each request and recent outputs (ops/install-suffix.sh installs them); "
+    "several, comma-separated (ngram,suffix): the controller chooses which one drafts, step by step"
 )
 
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=DEFAULT_MODEL, help=_TARGET_HELP)
     parser.add_argument("--draft", default=None, help=_DRAFT_HELP)
-    parser.add_argument("--proposer", choices=PROPOSERS, default="auto", help=_PROPOSER_HELP)
+    parser.add_argument("--proposer", default="auto", help=_PROPOSER_HELP)
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--dtype", choices=DTYPES, default="auto")
     parser.add_argument("--max-context", type=int, default=1024, help="tokens per sequence, prompt included")
@@ -143,7 +143,7 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--backend", choices=("hf", "sim"))
     serve.add_argument("--target", help=_TARGET_HELP)
     serve.add_argument("--draft", help=_DRAFT_HELP)
-    serve.add_argument("--proposer", choices=PROPOSERS, help=_PROPOSER_HELP)
+    serve.add_argument("--proposer", help=_PROPOSER_HELP)
     serve.add_argument("--device", choices=DEVICES)
     serve.add_argument("--dtype", choices=DTYPES)
     serve.add_argument(

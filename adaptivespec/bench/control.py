@@ -16,6 +16,7 @@ from adaptivespec.bench import learning_metrics as metrics
 from adaptivespec.bench.background_load import BackgroundLoad
 from adaptivespec.bench.hf_loop import HFLoop
 from adaptivespec.bench.interleaved import measure
+from adaptivespec.bench.lineup import lineup
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.oracle import (
     ORACLE_ARMS,
@@ -29,7 +30,7 @@ from adaptivespec.bench.plot import goodput_by_batch
 from adaptivespec.bench.steps import prompt_windows
 from adaptivespec.bench.traffic_mixes import MIXES
 from adaptivespec.bench.traffic_mixes import prompts as traffic_prompts
-from adaptivespec.config import DEFAULT_MODEL, PROPOSERS, EngineConfig, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, EngineConfig, ModelConfig
 from adaptivespec.controller.buckets import BATCH_BUCKETS
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.demo_models import held_out_documents
@@ -72,7 +73,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--traffic", choices=MIXES, default="chat", help="hf: the prompts' mix (traffic_mixes.py)"
     )
     control.add_argument(
-        "--proposer", choices=PROPOSERS, default="auto", help="hf: the drafter (auto: the draft, else ngram)"
+        "--proposer", default="auto", help="hf: the drafters, comma-separated (auto: the draft, else ngram)"
     )
     control.add_argument(
         "--background-load",
@@ -176,17 +177,17 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
 def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
     loop, scenario, title = _hf(args)
     store = Store(args.db) if args.db else None
-    contenders, controller = hf_control.contenders(loop.model_key, loop.hardware_key, store)
-    total = len(contenders) * sum(p.steps for p in loop.load)
+    field = lineup(loop.model_key, loop.hardware_key, store, loop.runner.methods)
+    total = len(field.contenders) * sum(p.steps for p in loop.load)
     with (
         BackgroundLoad(args.background_load),
         tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar,
     ):
-        measurement = measure(loop, contenders, args.repeats, bar.update)
+        measurement = measure(loop, field.contenders, args.repeats, bar.update)
     if store is not None:
-        learners.flush(controller, store)
+        learners.flush(field.controller, store)
         store.close()
-    report = {"scenario": scenario} | hf_control.report(measurement, contenders, controller)
+    report = {"scenario": scenario} | hf_control.report(measurement, field)
     args.json.write_text(json.dumps(report, indent=2))
     _print_table(report)
     if args.plot is not None:

@@ -59,9 +59,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     bench.add_argument("--traffic", choices=MIXES, default="code-edit")
     bench.add_argument("--target", default="smollm2-135m-instruct")
-    bench.add_argument(
-        "--drafters", default="ngram,suffix", help=f"comma-separated, of {CONTENDERS}"
-    )
+    bench.add_argument("--drafters", default="ngram,suffix", help=f"comma-separated, of {CONTENDERS}")
     bench.add_argument("--k", type=int, default=8)
     bench.add_argument("--requests", type=int, default=8)
     bench.add_argument("--max-tokens", type=int, default=192)

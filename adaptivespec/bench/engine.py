@@ -247,8 +247,9 @@ def _generate(
     options: dict[str, Any] = {"max_new_tokens": n, "do_sample": False, "pad_token_id": pad}
     if ignore_eos:
         options["eos_token_id"] = None
-    if assisted and isinstance(runner.proposer, DraftModelProposer):
-        options["assistant_model"] = runner.proposer.draft.model
+    drafter = runner.proposers.get("draft")
+    if assisted and isinstance(drafter, DraftModelProposer):
+        options["assistant_model"] = drafter.draft.model
     with torch.inference_mode():
         warm = {"max_new_tokens": 2, "do_sample": False, "pad_token_id": pad}
         model.generate(ids[:1, -4:], attention_mask=mask[:1, -4:], **warm)  # type: ignore[operator]

@@ -1,7 +1,7 @@
 """`bench control --backend hf`: every policy on the real engine, interleaved, against a measured oracle.
 
-The oracle of a bucket is the best fixed K measured there, with everything that ran that K
-pooled: the sweep's arm and every static policy whose table gives that K in the bucket.
+The oracle of a bucket is the best fixed arm (drafter and K) measured there, with everything that
+ran that arm pooled: the sweep's arm and every static policy whose table gives it in the bucket.
 Pooling matters: "off", k0 and both thresholds all run K=0 at large batch, and taking the
 best of several noisy measurements of one configuration would credit the oracle with its
 luckiest one (the winner's curse), so that nothing, that configuration included, could reach
@@ -17,48 +17,34 @@ from typing import Any
 
 import numpy as np
 
-from adaptivespec.bench import learners
 from adaptivespec.bench.interleaved import Contender, Measurement, merge, totals
 from adaptivespec.bench.learning_metrics import steps_to_reach
-from adaptivespec.bench.oracle import ORACLE_ARMS, PolicyReport, baseline_policies, crossover, summarise
+from adaptivespec.bench.lineup import Lineup
+from adaptivespec.bench.oracle import PolicyReport, baseline_policies, crossover, summarise
 from adaptivespec.bench.paired import Interval, PairedRatios
+from adaptivespec.controller.arms import Arm, arm
 from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
-from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.sim.loop import PhaseResult
-from adaptivespec.store.repository import Store
 
 LEARNING_WINDOW = 10  # steps of rolling goodput when judging how soon a learner is close to the oracle
-LEARNERS = ("adaptive", "plain-ucb")
 # The point estimates' order: adaptive must reach every static policy's goodput within this.
 POINT_MARGIN = 0.01
 
 
-def contenders(model_key: str, hardware_key: str, store: Store | None) -> tuple[list[Contender], Controller]:
-    fixed = [Contender(f"k{k}", FixedK(k)) for k in ORACLE_ARMS]
-    static = [Contender(name, policy) for name, policy in baseline_policies().items()]
-    controller, adaptive = learners.adaptive(model_key, hardware_key, store)
-    plain = learners.plain_ucb(ORACLE_ARMS)()
-    learning = [
-        Contender("adaptive", adaptive.policy, adaptive.on_step, fixed=False),
-        Contender("plain-ucb", plain.policy, plain.on_step, fixed=False),
-    ]
-    return [*fixed, *static, *learning], controller
-
-
 @dataclass(frozen=True, slots=True)
 class PooledOracle:
-    k_by_phase: list[int]
+    arm_by_phase: list[Arm]
     pooled: list[list[str]]  # per phase, the contenders whose measurements make up the oracle
     tokens: np.ndarray  # [phase, repeat]
     seconds: np.ndarray  # [phase, repeat]
     phases: list[PhaseResult]  # per phase, everything pooled
 
     @classmethod
-    def of(cls, measurement: Measurement, contenders: Sequence[Contender]) -> PooledOracle:
+    def of(cls, measurement: Measurement, contenders: Sequence[Contender], first: str = "") -> PooledOracle:
+        """`first`: the drafter a policy that names none runs."""
         ks, pooled, results = [], [], []
         for p, batch in enumerate(measurement.concurrency):
-            groups = _fixed_groups(contenders, batch)
+            groups = _fixed_groups(contenders, batch, first)
             goodput = {
                 k: merge([s for n in names for s in measurement.segments[n][p]]).goodput
                 for k, names in groups.items()
@@ -82,17 +68,18 @@ class PooledOracle:
         return PairedRatios(tokens[..., :r], seconds[..., :r], self.tokens[:, :r], self.seconds[:, :r])
 
 
-def _fixed_groups(contenders: Sequence[Contender], batch: int) -> dict[int, list[str]]:
-    """The fixed contenders by the K they run at this batch size: each group is one configuration."""
-    groups: dict[int, list[str]] = {}
+def _fixed_groups(contenders: Sequence[Contender], batch: int, first: str) -> dict[Arm, list[str]]:
+    """The fixed contenders by the arm they run at this batch size: each group is one configuration."""
+    groups: dict[Arm, list[str]] = {}
     for c in contenders:
         if c.fixed:
-            groups.setdefault(c.policy.k_for(batch, 0), []).append(c.name)
+            where = arm(c.policy.method_for(batch, 0) or first, c.policy.k_for(batch, 0))
+            groups.setdefault(where, []).append(c.name)
     return groups
 
 
 def cross_fitted_oracle(
-    measurement: Measurement, contenders: Sequence[Contender]
+    measurement: Measurement, contenders: Sequence[Contender], first: str = ""
 ) -> tuple[np.ndarray, np.ndarray]:
     """The oracle's tokens and seconds [phase, repeat], each repeat scored by the K the *other* repeats chose.
 
@@ -108,7 +95,7 @@ def cross_fitted_oracle(
     tokens = np.zeros((len(measurement.concurrency), repeats))
     seconds = np.zeros_like(tokens)
     for p, batch in enumerate(measurement.concurrency):
-        groups = list(_fixed_groups(contenders, batch).values())
+        groups = list(_fixed_groups(contenders, batch, first).values())
         group_tokens = np.zeros((len(groups), repeats))
         group_seconds = np.zeros_like(group_tokens)
         for g, names in enumerate(groups):
@@ -122,30 +109,33 @@ def cross_fitted_oracle(
     return tokens, seconds
 
 
-def report(
-    measurement: Measurement, contenders: Sequence[Contender], controller: Controller
-) -> dict[str, Any]:
+def report(measurement: Measurement, lineup: Lineup) -> dict[str, Any]:
+    contenders, first = lineup.contenders, (lineup.methods[0] if lineup.methods else "")
     names = [c.name for c in contenders]
     merged = {name: measurement.merged(name) for name in names}
     summaries = {name: summarise(merged[name]) for name in names}
-    oracle = PooledOracle.of(measurement, contenders)
+    oracle = PooledOracle.of(measurement, contenders, first)
     ratios = oracle.ratios(measurement, names)
     labels = [BATCH_BUCKETS[batch_bucket(b)].label for b in measurement.concurrency]
     policies = {
         name: _policy_json(summaries[name], ratios.ratio(i))
         for i, name in enumerate(names)
-        if not name.startswith("k")
+        if name not in lineup.sweep
     }
     oracle_json = _oracle_json(labels, oracle)
     policies["oracle"] = _policy_json(summarise(oracle.phases), Interval(1.0, 1.0, 1.0))
     policies["oracle"]["goodput_tok_s"] = oracle_json["goodput_tok_s"]
-    for name in LEARNERS:  # which K a learner ran, and how often: its exploration, bucket by bucket
+    for name in lineup.learners:  # which arm a learner ran, and how often: its exploration, by bucket
         policies[name]["k_counts_by_bucket"] = {
             label: {str(k): n for k, n in sorted(phase.k_counts.items())}
             for label, phase in zip(labels, merged[name], strict=True)
         }
+        policies[name]["arm_counts_by_bucket"] = {
+            label: dict(sorted(phase.arm_counts.items()))
+            for label, phase in zip(labels, merged[name], strict=True)
+        }
     if measurement.repeats >= 2:
-        fitted_tokens, fitted_seconds = cross_fitted_oracle(measurement, contenders)
+        fitted_tokens, fitted_seconds = cross_fitted_oracle(measurement, contenders, first)
         tokens, seconds = totals(measurement, names)
         fitted = PairedRatios(tokens, seconds, fitted_tokens, fitted_seconds)
         for i, name in enumerate(names):
@@ -153,11 +143,9 @@ def report(
                 ratio = fitted.ratio(i)
                 policies[name]["ratio_to_cross_fitted_oracle"] = [ratio.point, ratio.low, ratio.high]
     policies["adaptive"]["learned_threshold"] = crossover(summaries["adaptive"].k_by_bucket)
-    policies["adaptive"]["exploration"] = controller.exploration()
-    learner_lows = [ratios.ratio(names.index(n)).low for n in LEARNERS]
-    sweep = {
-        f"k{k}": _policy_json(summaries[f"k{k}"], ratios.ratio(names.index(f"k{k}"))) for k in ORACLE_ARMS
-    }
+    policies["adaptive"]["exploration"] = lineup.controller.exploration()
+    learner_lows = [ratios.ratio(names.index(n)).low for n in lineup.learners]
+    sweep = {name: _policy_json(summaries[name], ratios.ratio(names.index(name))) for name in lineup.sweep}
     return {
         "buckets": labels,
         "repeats": measurement.repeats,
@@ -165,21 +153,32 @@ def report(
         "oracle": oracle_json,
         "policies": policies,
         "sweep": sweep,
-        "comparisons": _comparisons(measurement, names, oracle),
-        "same_configuration_spread": _same_configuration_spread(measurement, contenders),
+        "comparisons": _comparisons(measurement, names, oracle, lineup),
+        "cells": _cells(labels, merged),
+        "same_configuration_spread": _same_configuration_spread(measurement, contenders, first),
         "inconclusive": any(low > 1.0 for low in learner_lows),
         "sample_efficiency": _sample_efficiency(merged, oracle.phases),
     }
 
 
-def _same_configuration_spread(measurement: Measurement, contenders: Sequence[Contender]) -> dict[str, float]:
+def _cells(labels: list[str], merged: dict[str, list[PhaseResult]]) -> list[dict[str, Any]]:
+    """Per bucket, adaptive's goodput over off's: where choosing may have cost."""
+    return [
+        {"bucket": label, "ratio_to_off": ours.goodput / off.goodput if off.goodput else float("nan")}
+        for label, ours, off in zip(labels, merged["adaptive"], merged["off"], strict=True)
+    ]
+
+
+def _same_configuration_spread(
+    measurement: Measurement, contenders: Sequence[Contender], first: str
+) -> dict[str, float]:
     """How far apart the run measured one configuration: in each bucket, the fixed contenders
     that ran the same K (k0, "off" and a threshold above the batch, say), fastest over
     slowest. Differences between policies smaller than this spread are the machine's, not
     theirs: a run on a busy machine can settle only larger ones."""
     spreads = []
     for p, batch in enumerate(measurement.concurrency):
-        for names in _fixed_groups(contenders, batch).values():
+        for names in _fixed_groups(contenders, batch, first).values():
             goodputs = [merge(measurement.segments[n][p]).goodput for n in names]
             if len(goodputs) > 1 and min(goodputs) > 0:
                 spreads.append(max(goodputs) / min(goodputs))
@@ -189,7 +188,7 @@ def _same_configuration_spread(measurement: Measurement, contenders: Sequence[Co
 
 
 def _oracle_json(labels: list[str], oracle: PooledOracle) -> dict[str, Any]:
-    k_by_bucket = dict(zip(labels, oracle.k_by_phase, strict=True))
+    k_by_bucket = {label: a.k for label, a in zip(labels, oracle.arm_by_phase, strict=True)}
     phases = oracle.phases
     # Per pooled run, as if the oracle had run each bucket once like every other contender.
     runs = [len(names) for names in oracle.pooled]
@@ -197,6 +196,7 @@ def _oracle_json(labels: list[str], oracle: PooledOracle) -> dict[str, Any]:
     seconds = sum(p.seconds / n for p, n in zip(phases, runs, strict=True))
     return {
         "k_by_bucket": k_by_bucket,
+        "method_by_bucket": {label: a.method for label, a in zip(labels, oracle.arm_by_phase, strict=True)},
         "pooled_by_bucket": dict(zip(labels, oracle.pooled, strict=True)),
         "threshold": crossover(k_by_bucket),
         "goodput_tok_s": tokens / seconds,
@@ -208,9 +208,13 @@ def _policy_json(summary: PolicyReport, ratio: Interval) -> dict[str, Any]:
     return summary.to_json() | {"ratio_to_oracle": ratio.point, "ratio_ci": [ratio.low, ratio.high]}
 
 
-def _comparisons(measurement: Measurement, names: Sequence[str], oracle: PooledOracle) -> dict[str, Any]:
-    """Adaptive against the best static policy and against "off", and from how many steps on it holds."""
-    statics = list(baseline_policies())
+def _comparisons(
+    measurement: Measurement, names: Sequence[str], oracle: PooledOracle, lineup: Lineup
+) -> dict[str, Any]:
+    """Adaptive against the best static policy (with several drafters, every fixed (drafter, K)
+    too) and against "off", and from how many steps on it holds; with several drafters, also
+    against the best adaptive policy that runs one drafter alone."""
+    statics = list(baseline_policies()) + (list(lineup.sweep) if len(lineup.methods) > 1 else [])
     full = oracle.ratios(measurement, names)
     best = max(statics, key=lambda n: full.ratio(names.index(n)).point)
 
@@ -226,7 +230,15 @@ def _comparisons(measurement: Measurement, names: Sequence[str], oracle: PooledO
     # `holds` passes more easily the noisier the run (its intervals widen); the point
     # estimates' order does not.
     ours = full.ratio(names.index("adaptive")).point
-    return {
+    alone = {name: full.ratio(names.index(name)).point for name in lineup.single_drafter_learners}
+    single = {}
+    if alone:
+        best_alone = max(alone, key=alone.__getitem__)
+        single = {
+            "best_single_drafter_adaptive": best_alone,
+            "adaptive_ge_best_single_drafter": ours >= (1 - POINT_MARGIN) * alone[best_alone],
+        }
+    return single | {
         "best_static": best,
         "adaptive_minus_best_static": versus_best.to_json(),
         "adaptive_minus_off": versus_off.to_json(),

@@ -11,10 +11,11 @@ import time
 
 import numpy as np
 
-from adaptivespec.controller.policy import SpecPolicy
+from adaptivespec.controller.arms import arm
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.spec_policy import SpecPolicy
 from adaptivespec.engine.telemetry import decode_record
 from adaptivespec.sim.loop import PhaseResult, StepSink
 from adaptivespec.sim.workload import Phase
@@ -56,8 +57,8 @@ class HFLoop:
         result = PhaseResult(batch)
         for _ in range(steps):
             lens = self.runner.rows.host_lens[:batch]
-            k = policy.k_for(batch, int(lens.mean()))
-            out = self.runner.decode(batch, k)
+            length = int(lens.mean())
+            out = self.runner.decode(batch, policy.k_for(batch, length), policy.method_for(batch, length))
             emitted = np.minimum(np.array([len(t) for t in out.tokens]), remaining)
             remaining -= emitted
             _account(result, out, emitted)
@@ -83,6 +84,8 @@ def _account(result: PhaseResult, out: DecodeOutput, emitted: np.ndarray) -> Non
     result.tokens += int(emitted.sum())
     result.seconds += out.step_seconds
     result.k_counts[out.k] = result.k_counts.get(out.k, 0) + 1
+    ran = str(arm(out.method, out.k))
+    result.arm_counts[ran] = result.arm_counts.get(ran, 0) + 1
     result.itl_seconds.append(out.step_seconds / np.maximum(emitted, 1))
     result.itl_weights.append(emitted)
     result.goodput_trace.append(float(emitted.sum()) / out.step_seconds)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from adaptivespec.bench.hf_loop import HFLoop
-from adaptivespec.controller.policy import SpecPolicy
+from adaptivespec.engine.spec_policy import SpecPolicy
 from adaptivespec.sim.loop import PhaseResult, StepSink
 
 
@@ -76,6 +76,8 @@ def merge(results: Sequence[PhaseResult]) -> PhaseResult:
         merged.seconds += r.seconds
         for k, n in r.k_counts.items():
             merged.k_counts[k] = merged.k_counts.get(k, 0) + n
+        for name, n in r.arm_counts.items():
+            merged.arm_counts[name] = merged.arm_counts.get(name, 0) + n
         merged.itl_seconds.extend(r.itl_seconds)
         merged.itl_weights.extend(r.itl_weights)
         merged.goodput_trace.extend(r.goodput_trace)

@@ -8,16 +8,19 @@ from adaptivespec.bench.oracle import Learner
 from adaptivespec.bench.river_ucb import RiverBandit
 from adaptivespec.controller import persistence
 from adaptivespec.controller.buckets import batch_bucket
-from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.controller import SIM_METHODS, Controller
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.store.repository import Store
 
 FLUSH_EVERY_STEPS = 2000
 
 
-def adaptive(model_key: str, hardware_key: str, store: Store | None) -> tuple[Controller, Learner]:
-    """Our controller; with a store it resumes what it learned and saves as it goes."""
-    controller = Controller(model_key, hardware_key)
+def adaptive(
+    model_key: str, hardware_key: str, store: Store | None, methods: tuple[str, ...] = SIM_METHODS
+) -> tuple[Controller, Learner]:
+    """Our controller over `methods`' arms; with a store it resumes what it learned and saves
+    as it goes."""
+    controller = Controller(model_key, hardware_key, methods=methods)
     if store is not None:
         saved = store.load(model_key, hardware_key)
         if saved is not None:
@@ -58,6 +61,9 @@ class PlainUCB:
         if bucket not in self._current:
             self._current[bucket] = self._bandit(bucket).pull(self.arms)
         return self._current[bucket]
+
+    def method_for(self, batch_size: int, context_len: int) -> str | None:
+        return None  # it learns K alone, for the runner's first drafter
 
     def on_step(self, record: StepTelemetry) -> None:
         bucket = batch_bucket(record.batch_size)

@@ -33,7 +33,7 @@ def sibling(base: HFRunner, proposer: Proposer | None, config: EngineConfig) -> 
     """A fresh runner (its own KV cache and rows) on `base`'s target weights."""
     return HFRunner(
         base.target.model,
-        proposer,
+        [] if proposer is None else [proposer],
         max_batch=config.max_batch,
         max_context=config.max_context,
         max_spec_tokens=config.max_spec_tokens,

@@ -37,16 +37,17 @@ from adaptivespec.bench.traffic import (
 )
 from adaptivespec.bench.traffic_mixes import MIXES
 from adaptivespec.bench.traffic_mixes import prompts as traffic_prompts
-from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, PROPOSERS, EngineConfig, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.learning_settings import LearningSettings
-from adaptivespec.controller.policy import FixedK, SpecPolicy
+from adaptivespec.controller.policy import FixedK
 from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.packed_linear import torch_linears
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.spec_policy import SpecPolicy
 from adaptivespec.engine.telemetry import Subscription
 
 ENGINES = ("ours-off", "ours-fixed", "ours-adaptive", "hf-static", "openvino", "openvino-spec")
@@ -90,7 +91,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--traffic", choices=MIXES, default="chat", help="the prompts' mix (traffic_mixes.py)")
-    bench.add_argument("--proposer", choices=PROPOSERS, default="auto", help="ours' drafter")
+    bench.add_argument("--proposer", default="auto", help="ours' drafters, comma-separated")
     bench.add_argument(
         "--quick",
         action="store_true",
@@ -343,5 +344,5 @@ def _controller(loaded: LoadedModels) -> AdaptivePolicy:
     runner = loaded.runner
     settings = LearningSettings().capped(runner.max_spec_tokens)
     return AdaptivePolicy(
-        Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=settings))
+        Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=settings), runner.methods)
     )

@@ -20,7 +20,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from adaptivespec.controller.arms import Arm
+
 PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at batch 1 do not zero it
+# Standard errors above each position's rate in the optimistic curve (`hoped_tokens`): what a
+# drafter measured on a few rows may yet keep. With one drafter every drafting step measures
+# it; with several, a drafter is measured only when it runs, so its first steps would otherwise
+# price it by the prior and rule it out unseen.
+HOPE_Z = 1.0
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -53,6 +60,7 @@ class AcceptanceEstimator:
             [_Position() for _ in range(positions + 1)] for _ in range(contexts)
         ]  # index 0 unused
         self._tokens: list[list[float] | None] = [None] * contexts  # expected tokens by K, cached
+        self._hoped: list[list[float] | None] = [None] * contexts  # ... at the optimistic rates
         self._pooled: list[list[_Position]] = [
             [_Position() for _ in range(positions + 1)] for _ in range(contexts)
         ]  # other hosts' rows (see controller.fleet), beside this host's own
@@ -68,24 +76,37 @@ class AcceptanceEstimator:
             position.at_risk = self.decay * position.at_risk + previous
             previous = kept
         if k > 0:
-            self._tokens[ctx] = None
+            self._forget_curve(ctx)
 
     def expected_tokens(self, ctx: int, k: int) -> float:
         """Tokens a row emits per step at K (bonus token included)."""
         tokens = self._tokens[ctx]
         if tokens is None:
-            tokens = self._tokens[ctx] = self._expected_by_k(ctx)
+            tokens = self._tokens[ctx] = self._expected_by_k(ctx, 0.0)
         return tokens[min(max(k, 0), self.positions)]
 
-    def _expected_by_k(self, ctx: int) -> list[float]:
+    def hoped_tokens(self, ctx: int, k: int) -> float:
+        """Tokens a row may emit per step at K, each position's rate `HOPE_Z` standard errors
+        above its estimate: an upper bound that narrows as rows are measured."""
+        tokens = self._hoped[ctx]
+        if tokens is None:
+            tokens = self._hoped[ctx] = self._expected_by_k(ctx, HOPE_Z)
+        return tokens[min(max(k, 0), self.positions)]
+
+    def _expected_by_k(self, ctx: int, z: float) -> list[float]:
         rates = self.rates(ctx)
         expected, survival = [1.0], 1.0
         for j in range(1, self.positions + 1):
             prior = rates.first if j == 1 else rates.continuation
             kept, at_risk = self._counts(ctx, j)
-            survival *= (kept + PRIOR_ROWS * prior) / (at_risk + PRIOR_ROWS)
+            rows = at_risk + PRIOR_ROWS
+            rate = (kept + PRIOR_ROWS * prior) / rows
+            survival *= min(1.0, rate + z * (rate * (1 - rate) / rows) ** 0.5)
             expected.append(expected[-1] + survival)
         return expected
+
+    def _forget_curve(self, ctx: int) -> None:
+        self._tokens[ctx] = self._hoped[ctx] = None
 
     def rates(self, ctx: int) -> AcceptanceRates:
         """The first-draft and the pooled continuation rate, each shrunk towards its prior."""
@@ -108,7 +129,7 @@ class AcceptanceEstimator:
             for j in range(1, self.positions + 1):
                 kept, at_risk = positions.get((ctx, j), (0.0, 0.0))
                 curve[j] = _Position(kept, at_risk)
-            self._tokens[ctx] = None
+            self._forget_curve(ctx)
 
     def rows(self, ctx: int) -> float:
         return self._curve[ctx][1].at_risk
@@ -116,4 +137,20 @@ class AcceptanceEstimator:
     def seed(self, ctx: int, rates: AcceptanceRates) -> None:
         """Restores saved rates as the prior, until fresh measurements outweigh them."""
         self._prior[ctx] = rates
-        self._tokens[ctx] = None
+        self._forget_curve(ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTokens:
+    """Tokens per row per step at each arm of one context bucket, from its drafter's estimator
+    (speculation off emits exactly one)."""
+
+    estimators: Mapping[str, AcceptanceEstimator]  # by drafter
+    ctx: int
+
+    def __call__(self, arm: Arm) -> float:
+        return self.estimators[arm.method].expected_tokens(self.ctx, arm.k) if arm.k else 1.0
+
+    def hoped(self, arm: Arm) -> float:
+        """What the arm may yet emit: its drafter's optimistic curve (`hoped_tokens`)."""
+        return self.estimators[arm.method].hoped_tokens(self.ctx, arm.k) if arm.k else 1.0

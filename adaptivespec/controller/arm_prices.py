@@ -1,8 +1,11 @@
 """What each arm of a cell is worth, as one step sees it: a point estimate and its bounds.
 
-An arm's price is its expected goodput: tokens per row at that K (pooled acceptance) over its
-step seconds, relative to the cell's scale. Bounds are symmetric about it by the arm's
-measured error, except in two cases:
+An arm's price is its expected goodput: tokens per row at that arm (its drafter's pooled
+acceptance at that K) over its step seconds, relative to the cell's scale. Bounds are
+symmetric about it by the arm's measured error, except in three cases:
+- the upper bound of another drafter's arm than the decision's takes the tokens that drafter
+  may yet keep (`hoped`: each acceptance rate a standard error up), so that a drafter measured
+  on a few rows is not ruled out by its prior;
 - an arm never measured gets an optimistic step time from the cost model (`OptimisticCosts`),
   so that it is tried unless even that cannot win;
 - an arm measured only a few times may have met a stall (a step that lost its core), which
@@ -18,11 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from math import sqrt
 
+from adaptivespec.controller.arms import Arm
 from adaptivespec.controller.robust_stat import MIN_ROBUST
 from adaptivespec.controller.stats import Summary
 from adaptivespec.controller.step_costs import OptimisticCosts
 
-CostFloor = Callable[[int], float | None]  # K -> a lower bound on its step seconds, from elsewhere
+CostFloor = Callable[[Arm], float | None]  # arm -> a lower bound on its step seconds, from elsewhere
 
 Z = 2.0  # standard errors either side of a measured arm's mean: its upper and lower bounds
 # The least relative error an estimate carries: acceptance noise is not in the step-time variance,
@@ -36,52 +40,64 @@ LINE_SAMPLES = 4.0  # the steps the cost line drawn through an arm's neighbours 
 
 @dataclass(frozen=True, slots=True)
 class ArmPrices:
-    arms: tuple[int, ...]
-    times: Mapping[int, Summary]  # step seconds per measured K
-    tokens: Mapping[int, float]  # expected tokens per row per step, per K
+    arms: tuple[Arm, ...]
+    times: Mapping[Arm, Summary]  # step seconds per measured arm
+    tokens: Mapping[Arm, float]  # expected tokens per row per step, per arm
+    hoped: Mapping[Arm, float]  # ... at its drafter's optimistic acceptance (>= tokens)
     scale: float  # tokens/row/s that a reward of 1 stands for
     window: float  # samples an estimate stands on at most
     tail: float  # the machine's stall tail: how much slower its slow steps are than its typical
-    seconds: Mapping[int, float]  # each measured arm's step seconds, shrunk towards the cost line
-    support: Mapping[int, float]  # the steps each of those stands on, the line's share included
+    seconds: Mapping[Arm, float]  # each measured arm's step seconds, shrunk towards the cost line
+    support: Mapping[Arm, float]  # the steps each of those stands on, the line's share included
 
     @classmethod
     def of(
         cls,
-        arms: tuple[int, ...],
-        times: Mapping[int, Summary],
-        tokens: Mapping[int, float],
+        arms: tuple[Arm, ...],
+        times: Mapping[Arm, Summary],
+        tokens: Mapping[Arm, float],
         *,
         scale: float,
         window: float,
         tail: float,
+        hoped: Mapping[Arm, float] | None = None,
     ) -> ArmPrices:
         seconds, support = _shrunk(times)
-        return cls(arms, times, tokens, scale, window, tail, seconds, support)
+        return cls(
+            arms, times, tokens, tokens if hoped is None else hoped, scale, window, tail, seconds, support
+        )
 
-    def predicted(self) -> dict[int, float]:
+    def predicted(self) -> dict[Arm, float]:
         """Expected reward of each measured arm."""
         return {k: self._price(k, self.seconds[k]) for k in self.arms if k in self.seconds}
 
-    def optimistic(self, predicted: dict[int, float], floor: CostFloor | None = None) -> dict[int, float]:
-        """An upper bound on the reward of every arm that can be priced."""
+    def optimistic(
+        self, predicted: dict[Arm, float], floor: CostFloor | None = None, drafting: str = ""
+    ) -> dict[Arm, float]:
+        """An upper bound on the reward of every arm that can be priced. `drafting` is the
+        leading drafter (the decision's, or the best measured one's when the decision is off):
+        its own arms share one acceptance curve, whose error moves them together, and they are
+        bounded as they are measured; another drafter's curve is an independent estimate, and
+        its arms are bounded with what that drafter may yet keep."""
         costs = OptimisticCosts(self.times, floor)
         bounds = {}
         for k in self.arms:
+            hope = self.hoped[k] / self.tokens[k] if k.method != drafting else 1.0
             if k in predicted:
-                bounds[k] = predicted[k] * (1 + self._upper_error(k))
+                bounds[k] = predicted[k] * hope * (1 + self._upper_error(k))
                 if self.tail >= NOISY_TAIL and samples_of(self.times.get(k)) < 2:
                     others = OptimisticCosts({j: t for j, t in self.times.items() if j != k}, floor)
                     if (seconds := others.seconds(k)) is not None:
-                        bounds[k] = max(bounds[k], self._price(k, seconds) * (1 + Z * MIN_RELATIVE_ERROR))
+                        best_case = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
+                        bounds[k] = max(bounds[k], best_case)
             elif (seconds := costs.seconds(k)) is not None:
-                bounds[k] = self._price(k, seconds) * (1 + Z * MIN_RELATIVE_ERROR)
+                bounds[k] = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
         return bounds
 
-    def lower(self, k: int, predicted: dict[int, float]) -> float:
+    def lower(self, k: Arm, predicted: dict[Arm, float]) -> float:
         return predicted[k] * (1 - Z * self.relative_error(k)) if k in predicted else 0.0
 
-    def relative_error(self, k: int) -> float:
+    def relative_error(self, k: Arm) -> float:
         """Standard error of a measured arm's step time, relative to it (the floor when unmeasured)."""
         stat = self.times.get(k)
         if stat is None or stat.count < 2 or stat.mean <= 0:
@@ -89,14 +105,14 @@ class ArmPrices:
         samples = min(float(stat.count) + self.support[k] - samples_of(stat), self.window)
         return max(sqrt(stat.var / samples) / stat.mean, MIN_RELATIVE_ERROR)
 
-    def _upper_error(self, k: int) -> float:
+    def _upper_error(self, k: Arm) -> float:
         error = Z * self.relative_error(k)
         support = self.support.get(k, 1.0)
         if support < MIN_ROBUST:
             return max(error, self.tail / support)  # one of its steps may have been a stall
         return error
 
-    def _price(self, k: int, seconds: float) -> float:
+    def _price(self, k: Arm, seconds: float) -> float:
         return self.tokens[k] / seconds / self.scale
 
 
@@ -108,8 +124,8 @@ def samples_of(stat: Summary | None) -> int:
     return int(recent if recent is not None else stat.count)
 
 
-def _shrunk(times: Mapping[int, Summary]) -> tuple[dict[int, float], dict[int, float]]:
-    """Each measured arm's step seconds, shrunk towards the line the other drafting arms draw.
+def _shrunk(times: Mapping[Arm, Summary]) -> tuple[dict[Arm, float], dict[Arm, float]]:
+    """Each measured arm's step seconds, shrunk towards the line its drafter's other arms draw.
 
     A drafting step's cost grows about linearly with K (K draft passes, a verify K + 1 tokens
     wide), so the arms measured beside an arm say what it should cost: a line fitted to them
@@ -118,19 +134,22 @@ def _shrunk(times: Mapping[int, Summary]) -> tuple[dict[int, float], dict[int, f
     line instead of out of the running, and an arm measured many times is priced by its own
     steps, whatever the line says. K = 0 runs no drafter (a plain step is another kernel) and
     stands on its own steps; so does an arm with fewer than two others to draw a line through.
+    Another drafter's arms draw no line for it: their draft passes cost differently.
     """
     measured = {k: (stat.mean, float(samples_of(stat))) for k, stat in times.items() if stat.count}
     seconds = {k: mean for k, (mean, _) in measured.items()}
     support = {k: n for k, (_, n) in measured.items()}
     for k, (mean, n) in measured.items():
-        others = [(j, t, w) for j, (t, w) in measured.items() if j >= 1 and j != k]
-        if k == 0 or len(others) < 2:
+        others = [
+            (j.k, t, w) for j, (t, w) in measured.items() if j.k >= 1 and j.method == k.method and j != k
+        ]
+        if k.k == 0 or len(others) < 2:
             continue
         line = _line(others)
         if line is not None:
             # Only ever down: a stall inflates an arm's own steps, never deflates them, and a
             # neighbour's stalled step may tilt the line up.
-            seconds[k] = min((n * mean + LINE_SAMPLES * line(k)) / (n + LINE_SAMPLES), mean)
+            seconds[k] = min((n * mean + LINE_SAMPLES * line(k.k)) / (n + LINE_SAMPLES), mean)
             support[k] = n + LINE_SAMPLES
     return seconds, support
 

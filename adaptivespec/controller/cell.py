@@ -1,24 +1,29 @@
-"""One decision cell (context bucket x batch bucket): what was measured, and which K to use.
+"""One decision cell (context bucket x batch bucket): what was measured, and which arm to run.
+
+An arm is a drafter and a draft length K, or speculation off (arms.py).
 
 Exploration is an upper-confidence rule of our own, over bounds that hold on a shared machine:
-- An arm's price is its *expected* goodput (arm_prices.py): tokens per row at that K, pooled
-  over every batch size and every arm, over the arm's robust step time (the interquartile
-  mean of its recent steps, `RobustStat`). A step's own tokens (acceptance noise) and seconds
-  (another process's stall) move it little. There is no per-arm correction of the tokens:
-  each arm runs while other requests are in the batch, and one learned apart per arm carried
-  which requests those were into the comparison (docs/decisions.md).
+- An arm's price is its *expected* goodput (arm_prices.py): tokens per row at that arm, its
+  drafter's acceptance pooled over every batch size and every K, over the arm's robust step
+  time (the interquartile mean of its recent steps, `RobustStat`). A step's own tokens
+  (acceptance noise) and seconds (another process's stall) move it little. There is no per-arm
+  correction of the tokens: each arm runs while other requests are in the batch, and one
+  learned apart per arm carried which requests those were into the comparison
+  (docs/decisions.md).
 - Bounds widen with measured noise: a measured arm's by its standard error; one measured only
   a few times also by the machine's stall tail (`StallTail`), since its steps may have stalled.
 - An unmeasured arm is priced with an optimistic step-cost bound (step_costs.py, and floors
   from a smaller batch): if even that is far below the best measured arm it is never tried.
-  Unmeasured arms are tried nearest the decision first: goodput over K is single-peaked in
-  the roofline, and each neighbour measured tightens the bound on the arms beyond it.
+  Unmeasured arms are tried nearest the decision first: goodput over one drafter's K is
+  single-peaked in the roofline, and each neighbour measured tightens the bound on the arms
+  beyond it; another drafter at the decision's K counts as one step away.
 - The next step runs the candidate with the highest upper bound (the decision on a tie); a
   well-measured arm is then held for `dwell` steps. Decisions are made among measured arms
   only, with hysteresis.
-- Switching a drafter back on after K = 0 steps costs a catch-up (`observe_switch`), kept
-  apart from the arm's step time. An exploration from K = 0 is made only if its best case pays
-  the switch, and is held until the switch is amortised.
+- Switching a drafter on after it sat out steps (speculation off, or another drafter) costs a
+  catch-up (`observe_switch`), kept per drafter apart from the arm's step time. An exploration
+  that switches is made only if its best case pays the switch, and is held until the switch is
+  amortised.
 - In a fleet, hosts that meet a new cell together split the probes of its unmeasured arms
   (`probe_share`), instead of each paying them all.
 """
@@ -28,15 +33,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import ceil, erf, inf, sqrt
+from typing import Protocol
 
 from adaptivespec.controller.arm_prices import ArmPrices, CostFloor, samples_of
+from adaptivespec.controller.arms import OFF, Arm, chain, distance, methods_of
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.robust_stat import MIN_ROBUST, RobustStat
 from adaptivespec.controller.stall_tail import PRIOR_TAIL
 from adaptivespec.controller.stats import EWStat, Summary
 
-Acceptance = Callable[[int], float]  # K -> expected tokens per row per step
+
+class Acceptance(Protocol):
+    def __call__(self, arm: Arm) -> float:
+        """Expected tokens per row per step at the arm."""
+        ...
+
+    def hoped(self, arm: Arm) -> float:
+        """What the arm may yet emit: an upper bound that narrows as its drafter is measured."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,28 +63,29 @@ class Neighbourhood:
     """
 
     floor: CostFloor | None = None  # step-time floors for unmeasured arms
-    ruled_out: frozenset[int] = frozenset()  # arms a smaller K dominated there: dominated here too
+    ruled_out: frozenset[Arm] = frozenset()  # arms a smaller K dominated there: dominated here too
 
 
 @dataclass(slots=True)
 class Cell:
     settings: LearningSettings
-    rewards: dict[int, EWStat] = field(default_factory=dict)  # observed tokens/row/s over `scale`
-    seconds: dict[int, RobustStat] = field(default_factory=dict)  # step seconds here, switches apart
-    fleet: dict[int, EWStat] = field(default_factory=dict)  # step seconds other hosts measured
+    arms: tuple[Arm, ...]  # what this cell chooses among (arms.arm_space)
+    rewards: dict[Arm, EWStat] = field(default_factory=dict)  # observed tokens/row/s over `scale`
+    seconds: dict[Arm, RobustStat] = field(default_factory=dict)  # step seconds here, switches apart
+    fleet: dict[Arm, EWStat] = field(default_factory=dict)  # step seconds other hosts measured
     fleet_hosts: int = 0  # other hosts behind `fleet`
-    switch: RobustStat = field(default_factory=RobustStat)  # a drafter's catch-up seconds per switch
+    switch: dict[str, RobustStat] = field(default_factory=dict)  # per drafter: catch-up seconds a switch
     scale: float = 0.0  # tokens/row/s of the first measurement: makes rewards ~1
-    decided: int = -1
-    running: int = -1  # what the engine runs at the next step: `decided`, or an arm being explored
+    decided: Arm = OFF
+    running: Arm = OFF  # what the engine runs at the next step: `decided`, or an arm being explored
     samples: int = 0
-    candidates: tuple[int, ...] = ()
-    pulls: int = 0  # steps this cell chose K for
+    candidates: tuple[Arm, ...] = ()
+    pulls: int = 0  # steps this cell chose an arm for
     dominated_pulls: int = 0  # ... with an arm whose upper bound was below the decision's lower bound
-    ruled_out: frozenset[int] = frozenset()  # arms dominated by a smaller K, here or at a smaller batch
+    ruled_out: frozenset[Arm] = frozenset()  # arms dominated by a smaller K, here or at a smaller batch
     _dwell_left: int = 0
-    _upper: dict[int, float] = field(default_factory=dict)  # optimistic bounds at the last refresh
-    _times: dict[int, Summary] | None = None  # `seconds` and `fleet` merged, until either changes
+    _upper: dict[Arm, float] = field(default_factory=dict)  # optimistic bounds at the last refresh
+    _times: dict[Arm, Summary] | None = None  # `seconds` and `fleet` merged, until either changes
     _fleet_changed: bool = False  # since the candidates were last pruned
     _share_done_at: int | None = None  # fleet refreshes read when this host's probe share was done
 
@@ -83,8 +99,8 @@ class Cell:
         """Steps measured in this cell, here and by the fleet."""
         return self.samples + sum(stat.count for stat in self.fleet.values())
 
-    def times(self) -> Mapping[int, Summary]:
-        """Step seconds per K: this host's, beside the fleet's (each weighing at most one window)."""
+    def times(self) -> Mapping[Arm, Summary]:
+        """Step seconds per arm: this host's, beside the fleet's (each weighing at most one window)."""
         if not self.fleet:
             return self.seconds  # a host alone: nothing to merge on every step
         if self._times is None:
@@ -93,7 +109,7 @@ class Cell:
             self._times = {k: _merged(self.seconds.get(k), self.fleet.get(k), window) for k in arms}
         return self._times
 
-    def set_fleet(self, seconds: dict[int, EWStat], hosts: int) -> None:
+    def set_fleet(self, seconds: dict[Arm, EWStat], hosts: int) -> None:
         """New evidence from other hosts: the candidates are re-pruned at the next step (an arm
         held for its dwell stops as soon as the fleet's measurements rule it out)."""
         self.fleet, self.fleet_hosts, self._times = seconds, hosts, None
@@ -106,8 +122,8 @@ class Cell:
             self._decide(predicted)
             self.running = self.decided
 
-    def observe(self, k: int, tokens_per_row: float, step_seconds: float) -> None:
-        """One step at K; `step_seconds` without any switch's catch-up (see `observe_switch`)."""
+    def observe(self, k: Arm, tokens_per_row: float, step_seconds: float) -> None:
+        """One step at arm `k`; `step_seconds` without any switch's catch-up (`observe_switch`)."""
         if self.scale <= 0.0:
             self.scale = tokens_per_row / step_seconds
         self.rewards.setdefault(k, EWStat(self.settings.fading)).update(
@@ -117,23 +133,24 @@ class Cell:
         self._times = None
         self.samples += 1
 
-    def observe_switch(self, seconds: float) -> None:
-        """A drafter that sat out K = 0 steps caught up at this step, in `seconds`."""
-        self.switch.update(seconds)
+    def observe_switch(self, method: str, seconds: float) -> None:
+        """`method`'s drafter, which had sat out steps, caught up at this step in `seconds`."""
+        self.switch.setdefault(method, RobustStat()).update(seconds)
 
-    def typical_seconds(self, k: int) -> float | None:
+    def typical_seconds(self, k: Arm) -> float | None:
         """This host's robust step time at K, once it stands on enough steps to judge one by."""
         stat = self.seconds.get(k)
         return stat.mean if stat is not None and stat.samples >= MIN_ROBUST else None
 
     def prices(self, acceptance: Acceptance, tail: float = PRIOR_TAIL) -> ArmPrices:
-        tokens = {k: acceptance(k) for k in self.settings.arms}  # once per step, for every pricing
+        tokens = {k: acceptance(k) for k in self.arms}  # once per step, for every pricing
+        hoped = {k: acceptance.hoped(k) for k in self.arms}
         window = self.settings.effective_samples
         return ArmPrices.of(
-            self.settings.arms, self.times(), tokens, scale=self.scale, window=window, tail=tail
+            self.arms, self.times(), tokens, scale=self.scale, window=window, tail=tail, hoped=hoped
         )
 
-    def predictions(self, acceptance: Acceptance) -> dict[int, float]:
+    def predictions(self, acceptance: Acceptance) -> dict[Arm, float]:
         """Expected reward of each measured arm (same units as observed rewards)."""
         return self.prices(acceptance).predicted()
 
@@ -143,8 +160,8 @@ class Cell:
         around: Callable[[], Neighbourhood] | None = None,
         share: ProbeShare = ALONE,
         tail: float = PRIOR_TAIL,
-    ) -> int:
-        """Chooses the K for this cell's next step, and updates the decision with hysteresis.
+    ) -> Arm:
+        """Chooses the arm for this cell's next step, and updates the decision with hysteresis.
 
         `around` tells what smaller batch buckets imply; it is asked only when the candidates
         are re-pruned, not on every step. `share` splits the probes of unmeasured arms with
@@ -156,7 +173,7 @@ class Cell:
         predicted = prices.predicted()
         if self._dwell_left == 0 or self._fleet_changed or not self.candidates:
             neighbourhood = around() if around is not None else Neighbourhood()
-            self._upper = prices.optimistic(predicted, neighbourhood.floor)
+            self._upper = prices.optimistic(predicted, neighbourhood.floor, _leading(self.decided, predicted))
             self._refresh(prices, predicted, neighbourhood.ruled_out)
             self._fleet_changed = False
         self._decide(predicted)
@@ -175,7 +192,7 @@ class Cell:
             self.dominated_pulls += self._upper.get(self.running, inf) < lower
         return self.running
 
-    def _pull(self, predicted: dict[int, float], share: ProbeShare) -> int:
+    def _pull(self, predicted: dict[Arm, float], share: ProbeShare) -> Arm:
         """Unmeasured candidates first, nearest the decision; then the highest upper bound.
 
         In a fleet, an unmeasured arm comes from this host's share first. Once that is measured
@@ -186,25 +203,29 @@ class Cell:
         if not unmeasured:
             return self._most_promising(self.candidates)
         if not share.shared:
-            return min(unmeasured, key=lambda k: (abs(k - self.decided), k))
-        mine = share.probes(self.settings.arms, unmeasured, everyone=False)
+            return min(unmeasured, key=lambda k: (distance(k, self.decided), k.k, k))
+        mine = share.probes(self.arms, unmeasured, everyone=False)
         if mine:
             return mine[0]
         if self._share_done_at is None:
             self._share_done_at = share.refreshes
         refreshed = share.refreshes - self._share_done_at
         if refreshed >= 2 or (refreshed == 1 and not self.fleet_hosts):
-            return share.probes(self.settings.arms, unmeasured, everyone=True)[0]
+            return share.probes(self.arms, unmeasured, everyone=True)[0]
         return self._most_promising([k for k in self.candidates if k in predicted])
 
-    def _most_promising(self, arms: Sequence[int]) -> int:
+    def _most_promising(self, arms: Sequence[Arm]) -> Arm:
         return max(arms, key=lambda k: (self._upper.get(k, inf), k == self.decided))
 
-    def _switch_seconds(self, was: int, to: int) -> float:
-        """What moving from `was` to `to` costs in a drafter's catch-up: only off to on."""
-        return self.switch.mean if was == 0 and to > 0 and self.switch.count else 0.0
+    def _switch_seconds(self, was: Arm, to: Arm) -> float:
+        """What moving from `was` to `to` costs in `to`'s drafter catching up: only when it
+        starts drafting again (from speculation off, or from another drafter)."""
+        if to.k == 0 or was.method == to.method:
+            return 0.0
+        switch = self.switch.get(to.method)
+        return switch.mean if switch is not None and switch.count else 0.0
 
-    def _priced_switch(self, was: int, choice: int, predicted: dict[int, float]) -> int:
+    def _priced_switch(self, was: Arm, choice: Arm, predicted: dict[Arm, float]) -> Arm:
         """The choice, unless it is an exploration whose best case does not pay its switch."""
         switch = self._switch_seconds(was, choice)
         seconds = self.times().get(choice)
@@ -214,7 +235,7 @@ class Cell:
         best_case = self._upper.get(choice, inf) * held * seconds.mean / (held * seconds.mean + switch)
         return choice if best_case >= predicted[self.decided] else self.decided
 
-    def _dwell(self, was: int, to: int) -> int:
+    def _dwell(self, was: Arm, to: Arm) -> int:
         """Steps to hold `to`: the usual dwell, or long enough that a switch's catch-up is at
         most `switch_share` of them."""
         switch, seconds = self._switch_seconds(was, to), self.times().get(to)
@@ -223,7 +244,7 @@ class Cell:
         amortise = ceil(switch / (self.settings.switch_share * seconds.mean))
         return max(self.settings.dwell, min(amortise, self.settings.max_dwell))
 
-    def _refresh(self, prices: ArmPrices, predicted: dict[int, float], inherited: frozenset[int]) -> None:
+    def _refresh(self, prices: ArmPrices, predicted: dict[Arm, float], inherited: frozenset[Arm]) -> None:
         """Re-prunes the candidates.
 
         An arm stays a candidate while its upper bound is within `prune_margin` of the best
@@ -231,7 +252,7 @@ class Cell:
         the measurements already show to be worse. Arms above the decision whose bound is below
         even the margin, or that a smaller K dominates, are out here; those measured enough to
         judge are ruled out at larger batches too (`inherited` there): an arm priced on one or two
-        steps, which may have stalled, is left for each batch to try again. K = 0, the cheapest
+        steps, which may have stalled, is left for each batch to try again. OFF, the cheapest
         step and the baseline every other arm must beat, is always measured before it can be
         pruned: its bound is inferred from the other arms, and an optimistic acceptance estimate
         would otherwise rule it out unseen.
@@ -240,26 +261,31 @@ class Cell:
         lowers = {j: prices.lower(j, predicted) for j in predicted}
         margin_floor = (1 - self.settings.prune_margin) * max(predicted.values())
         floor = max(margin_floor, lowers.get(self.decided, 0.0))
-        pruned_above = {k for k, bound in bounds.items() if k > self.decided and bound < margin_floor}
+        pruned_above = {k for k, bound in bounds.items() if k.k > self.decided.k and bound < margin_floor}
         out_here = self._dominated(lowers) | pruned_above | inherited
         judged = {k for k in out_here if prices.support.get(k, 0.0) >= MIN_ROBUST}
         self.ruled_out = frozenset(judged) | inherited
         self.candidates = tuple(
             k
             for k, bound in bounds.items()
-            if k == self.decided or (bound >= floor and k not in out_here) or (k == 0 and k not in predicted)
+            if k == self.decided
+            or (bound >= floor and k not in out_here)
+            or (k == OFF and k not in predicted)
         )
 
-    def _dominated(self, lowers: dict[int, float]) -> frozenset[int]:
-        """Arms whose upper bound is below some smaller K's lower bound (K = 0 is never dominated)."""
-        dominated, best_lower_below = set(), 0.0
-        for k in sorted(self._upper):
-            if self._upper[k] < best_lower_below:
-                dominated.add(k)
-            best_lower_below = max(best_lower_below, lowers.get(k, 0.0))
+    def _dominated(self, lowers: dict[Arm, float]) -> frozenset[Arm]:
+        """Arms whose upper bound is below the lower bound of a smaller K on their drafter's
+        chain (OFF is never dominated)."""
+        dominated: set[Arm] = set()
+        for method in methods_of(self._upper):
+            best_lower_below = 0.0
+            for k in chain(self._upper, method):
+                if self._upper[k] < best_lower_below:
+                    dominated.add(k)
+                best_lower_below = max(best_lower_below, lowers.get(k, 0.0))
         return frozenset(dominated)
 
-    def _decide(self, predicted: dict[int, float]) -> None:
+    def _decide(self, predicted: dict[Arm, float]) -> None:
         best = max(predicted, key=predicted.__getitem__)
         if self.decided not in predicted:
             self.decided = best
@@ -284,6 +310,13 @@ class Cell:
         return 0.5 * (1 + erf(gap / (spread * sqrt(2)))) if spread > 0 else 1.0
 
 
+def _leading(decided: Arm, predicted: Mapping[Arm, float]) -> str:
+    """The decision's drafter; when the decision is off, the drafter of the best measured arm."""
+    if decided.k or not predicted:
+        return decided.method
+    return max(predicted, key=lambda a: (a.k > 0, predicted[a])).method
+
+
 def _merged(own: Summary | None, pooled: Summary | None, window: float) -> Summary:
     """One mean and variance from two: each side weighs its count, at most `window`."""
     if own is None or not own.count:
@@ -297,6 +330,7 @@ def _merged(own: Summary | None, pooled: Summary | None, window: float) -> Summa
     return EWStat(mean=mean, var=spread / total, count=own.count + pooled.count)
 
 
-def initial_k(arms: Sequence[int], acceptance: Acceptance, slope: float) -> int:
-    """Before any measurement: the K that maximises tokens per row / (1 + slope K)."""
-    return max(arms, key=lambda k: acceptance(k) / (1.0 + slope * k))
+def initial_arm(arms: Sequence[Arm], acceptance: Acceptance, slope: float) -> Arm:
+    """Before any measurement: the arm that maximises tokens per row / (1 + slope K) (the first
+    drafter's on a tie)."""
+    return max(arms, key=lambda k: acceptance(k) / (1.0 + slope * k.k))

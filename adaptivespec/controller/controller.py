@@ -1,8 +1,8 @@
-"""The controller: learns K per (context bucket, batch bucket) from step telemetry, live.
+"""The controller: learns the arm, a drafter and K, per (context bucket, batch bucket), live.
 
 `ingest` is synchronous and cheap (tens of microseconds): it validates a record, updates
-the acceptance estimate, the machine's stall tail and the cell's step costs, and publishes a
-new snapshot when the K of a cell changes. Around it, each in its own module: what is published
+its drafter's acceptance estimate, the machine's stall tail and the cell's step costs, and
+publishes a new snapshot when the arm of a cell changes. Around it, each in its own module: what is published
 (`publication`), what cells borrow from their neighbours (`neighbours`), operator controls
 (`operator`), persistence (`persistence`) and the asyncio task (`task`).
 """
@@ -13,11 +13,11 @@ import itertools
 import math
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from adaptivespec.controller.acceptance import AcceptanceEstimator
+from adaptivespec.controller.acceptance import AcceptanceEstimator, ArmTokens
+from adaptivespec.controller.arms import OFF, Arm, arm, arm_space
 from adaptivespec.controller.buckets import (
     BATCH_BUCKETS,
     CONTEXT_BUCKETS,
@@ -25,7 +25,7 @@ from adaptivespec.controller.buckets import (
     context_bucket,
     crossover,
 )
-from adaptivespec.controller.cell import Cell, initial_k
+from adaptivespec.controller.cell import Acceptance, Cell, initial_arm
 from adaptivespec.controller.fleet import Tally
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.neighbours import CellKey, nearest_decision, neighbourhood
@@ -37,6 +37,7 @@ from adaptivespec.controller.stall_tail import StallTail
 from adaptivespec.engine.telemetry import StepTelemetry
 
 INITIAL_SLOPE = 0.15  # relative cost of one more draft token, before anything is measured
+SIM_METHODS = ("draft",)  # the simulator's one drafter: what a controller learns over by default
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,8 @@ class DecisionChange:
     reason: str
     version: int
     at: float
+    old_method: str = ""  # the drafters of old_k and new_k ("" at K = 0)
+    new_method: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +68,23 @@ class CellDecision:
     confidence: float
     fleet_samples: int = 0  # steps other hosts measured (and this host before its restart)
     hosts: int = 1  # hosts whose steps stand behind the decision
+    method: str = ""  # the drafter at k ("" at K = 0)
 
 
 class Controller:
-    def __init__(self, model_key: str, hardware_key: str, config: ControllerConfig | None = None) -> None:
+    def __init__(
+        self,
+        model_key: str,
+        hardware_key: str,
+        config: ControllerConfig | None = None,
+        methods: tuple[str, ...] = SIM_METHODS,
+    ) -> None:
+        """`methods`: the drafters the runner loaded, in its order (the first is its default)."""
         self.model_key = model_key
         self.hardware_key = hardware_key
         self.config = config or ControllerConfig()
+        self.methods = methods
+        self.arms = arm_space(methods, self.config.settings.arms)
         self.version = 0  # bumps on every decision change and operator action
         self.frozen = False
         self.overrides: tuple[Override, ...] = ()
@@ -84,8 +97,8 @@ class Controller:
         self.share = ALONE  # this host's share of new cells' probes, as of the last fleet view
         self.acceptance = self._new_acceptance()
         self.stalls = StallTail()  # how much slower this machine's slow steps are, over every cell
-        self.start_k = initial_k(self.config.settings.arms, self.acceptance_of(0), INITIAL_SLOPE)
-        self.live = LivePolicy(PolicySnapshot.uniform(self.start_k))
+        self.start_arm = initial_arm(self.arms, self.acceptance_of(0), INITIAL_SLOPE)
+        self.live = LivePolicy(PolicySnapshot.uniform(self.start_arm))
 
     def ingest(self, record: StepTelemetry) -> bool:
         """Learns from one step; returns False (and counts it) if the record is invalid."""
@@ -96,26 +109,29 @@ class Controller:
         if self.frozen:
             return True
         key = (context_bucket(int(record.mean_context_len)), batch_bucket(record.batch_size))
-        self.acceptance.observe(key[0], record.k, record.batch_size, record.kept_at_least)
+        # A runner with one drafter may leave it unnamed: that one is the first.
+        ran = arm(record.method or self.methods[0], record.k) if self.methods else OFF
+        estimator = self.acceptance.get(ran.method)
+        if estimator is not None:
+            estimator.observe(key[0], ran.k, record.batch_size, record.kept_at_least)
         cell = self.cell(key)
-        acceptance = self.acceptance_of(key[0])
-        if record.k in self.config.settings.arms:  # credited to the K chosen, whatever the drafter found
+        if ran in cell.arms:  # credited to the arm chosen, whatever the drafter found
             tokens_per_row = record.emitted / record.batch_size
             # The arm's own cost, without switching's: that one is the switch's (cell.observe_switch).
             seconds = record.step_seconds - record.catch_up_seconds
-            typical = cell.typical_seconds(record.k)
+            typical = cell.typical_seconds(ran)
             if typical is not None:
                 self.stalls.observe(seconds, typical)
-            cell.observe(record.k, tokens_per_row, seconds)
+            cell.observe(ran, tokens_per_row, seconds)
             if record.catch_up_tokens:
-                cell.observe_switch(record.catch_up_seconds)
+                cell.observe_switch(ran.method, record.catch_up_seconds)
             self.dirty.add(key)
             if self.tally is not None:
-                arm, rows = (key[0], key[1], record.k), record.batch_size
-                self.tally.record(arm, tokens_per_row, seconds, rows, record.kept_at_least)
+                where, rows = (key[0], key[1], ran.method, ran.k), record.batch_size
+                self.tally.record(where, tokens_per_row, seconds, rows, record.kept_at_least)
         decided_before = cell.decided
         around = partial(neighbourhood, self.cells, key)
-        cell.next_k(acceptance, around, self.share.turned(sum(key)), self.stalls.tail)
+        cell.next_k(self.acceptance_of(key[0]), around, self.share.turned(sum(key)), self.stalls.tail)
         if cell.decided != decided_before:
             self._record_change(key, decided_before, cell.decided)
             publish_after_change(self, key[0])  # unvisited cells may borrow the new decision
@@ -126,23 +142,30 @@ class Controller:
     def cell(self, key: CellKey) -> Cell:
         cell = self.cells.get(key)
         if cell is None:
-            cell = Cell(self.config.settings)
+            cell = Cell(self.config.settings, self.arms)
             borrowed = nearest_decision(self.cells, key)
-            cell.running = cell.decided = self.start_k if borrowed is None else borrowed
+            cell.running = cell.decided = self.start_arm if borrowed is None else borrowed
             self.cells[key] = cell
         return cell
 
-    def acceptance_of(self, ctx: int) -> Callable[[int], float]:
-        """Expected tokens per row at each K, in context bucket `ctx`."""
-        estimator = self.acceptance
-        return lambda k: estimator.expected_tokens(ctx, k)
+    def acceptance_of(self, ctx: int) -> Acceptance:
+        """Expected tokens per row at each arm (its drafter's estimate at its K), in context
+        bucket `ctx`."""
+        return ArmTokens(self.acceptance, ctx)
 
-    def _new_acceptance(self) -> AcceptanceEstimator:
-        return AcceptanceEstimator(len(CONTEXT_BUCKETS), positions=max(self.config.settings.arms))
+    def _new_acceptance(self) -> dict[str, AcceptanceEstimator]:
+        """One estimator per drafter: each drafter keeps its own drafts."""
+        positions = max(self.config.settings.arms)
+        return {
+            method: AcceptanceEstimator(len(CONTEXT_BUCKETS), positions=positions) for method in self.methods
+        }
 
-    def _record_change(self, key: CellKey, old: int, new: int) -> None:
+    def _record_change(self, key: CellKey, old: Arm, new: Arm) -> None:
         self.version += 1
-        self.history.append(DecisionChange(key[0], key[1], old, new, "learned", self.version, time.time()))
+        change = DecisionChange(
+            key[0], key[1], old.k, new.k, "learned", self.version, time.time(), old.method, new.method
+        )
+        self.history.append(change)
 
     def record_event(self, reason: str) -> None:
         """An operator action: a new policy version and a history entry that is not one cell's."""
@@ -154,7 +177,7 @@ class Controller:
         self.cells.clear()
         self.dirty.clear()
         self.acceptance = self._new_acceptance()
-        self.live.snapshot = PolicySnapshot.uniform(self.start_k, self.version)
+        self.live.snapshot = PolicySnapshot.uniform(self.start_arm, self.version)
 
     # ---- what operators see ------------------------------------------------------------
     def decisions(self) -> list[CellDecision]:
@@ -167,7 +190,10 @@ class Controller:
             pooled = sum(s.count for s in cell.fleet.values())
             hosts = (1 if cell.samples else 0) + cell.fleet_hosts
             confidence = cell.confidence(self.acceptance_of(ctx))
-            out.append(CellDecision(ctx, batch, cell.decided, cell.samples, confidence, pooled, hosts))
+            decided = cell.decided
+            out.append(
+                CellDecision(ctx, batch, decided.k, cell.samples, confidence, pooled, hosts, decided.method)
+            )
         return out
 
     def thresholds(self) -> dict[int, int | None]:

@@ -25,6 +25,9 @@ Where the rules come from:
   it), `{"1": {"candidate_steps": [...]}, "17": {...}}`; other keys are ignored; steps are
   integers >= 0 (0: off); it chooses among a tier's steps from an EMA of the accept length.
 
+A learned table may mix drafters (the controller chooses per cell); each engine runs one, and
+`single_drafter.py` picks which before a table gets here.
+
 Adjacent buckets with the same K merge into one range; a bucket that was never visited takes
 the K of the visited bucket below it (vLLM's own rule for gaps), so ranges are contiguous.
 Above the last learned bucket every export runs the last learned K, as the controller itself
@@ -90,17 +93,35 @@ class KTable:
         return next((r.k for r in self.ranges if r.lo <= batch <= r.hi), self.ranges[-1].k)
 
 
-def method_keys(model_key: str | None) -> tuple[dict[str, object], list[str]]:
-    """vLLM's `method` and its keys for the proposer named in a model key (target+proposer:dtype)."""
-    proposer = model_key.split("+", 1)[1].rsplit(":", 1)[0] if model_key and "+" in model_key else None
+def method_keys(model_key: str | None, method: str | None = None) -> tuple[dict[str, object], list[str]]:
+    """vLLM's `method` and its keys for a drafter named in a model key (target+drafters:dtype,
+    the drafters comma-separated); `method` picks one where the key names several."""
+    named = model_key.split("+", 1)[1].rsplit(":", 1)[0] if model_key and "+" in model_key else ""
+    proposers = [p for p in named.split(",") if p]
+    if method is not None:
+        proposers = [p for p in proposers if _method_of(p) == method]
+    proposer = proposers[0] if len(proposers) == 1 else None
     ngram = re.fullmatch(r"ngram([0-9]+)-([0-9]+)", proposer or "")
     if ngram:
         low, high = int(ngram.group(1)), int(ngram.group(2))
         return {"method": "ngram", "prompt_lookup_min": low, "prompt_lookup_max": high}, []
+    if proposer == "suffix":
+        note = (
+            "vLLM's suffix_decoding_* defaults are ours but for the cached requests (vLLM 10,000, "
+            "ours 1,000); set them if you changed ours"
+        )
+        return {"method": "suffix"}, [note]
     if proposer:
         note = f'the draft model is named {proposer!r} here: set "model" to its path or hub id'
         return {"method": "draft_model", "model": proposer}, [note]
     return {}, ['the proposer is unknown: add "method" (and its keys) beside the schedule']
+
+
+def _method_of(proposer: str) -> str:
+    """The drafter kind a model key's proposer name stands for (engine/proposers.py names them)."""
+    if re.fullmatch(r"ngram[0-9]+-[0-9]+", proposer):
+        return "ngram"
+    return "suffix" if proposer == "suffix" else "draft"
 
 
 MAIN_FIELD = "speculative_token_schedule"  # vLLM main
@@ -109,10 +130,11 @@ VLLM_FIELDS = (MAIN_FIELD, RELEASED_FIELD)
 
 
 def vllm(
-    table: KTable, model_key: str | None = None, field: str = MAIN_FIELD
+    table: KTable, model_key: str | None = None, field: str = MAIN_FIELD, drafter: str | None = None
 ) -> tuple[dict[str, object], list[str]]:
-    """The `--speculative-config` JSON, and what the operator must still fill in."""
-    method, notes = method_keys(model_key)
+    """The `--speculative-config` JSON, and what the operator must still fill in; `drafter`
+    names the one the table runs, where the model key names several."""
+    method, notes = method_keys(model_key, drafter)
     schedule = [[r.lo, r.hi, r.k] for r in table.ranges]
     check_vllm(schedule, max(1, table.max_k))
     if field == MAIN_FIELD:
@@ -125,7 +147,7 @@ def vllm(
 
 
 def vllm_with_context(
-    tables: Sequence[KTable], model_key: str | None = None
+    tables: Sequence[KTable], model_key: str | None = None, drafter: str | None = None
 ) -> tuple[dict[str, object], list[str]]:
     """The five-item form: one block per context bucket, every block over the same batch ranges
     (vLLM refuses blocks whose ranges differ), split where any bucket's K changes."""
@@ -139,7 +161,7 @@ def vllm_with_context(
         else:
             segments.append((lo, hi))
     entries = [[lo, hi, t.ctx.lo, t.ctx.hi, t.k_at(lo)] for t in ordered for lo, hi in segments]
-    method, notes = method_keys(model_key)
+    method, notes = method_keys(model_key, drafter)
     notes.append("the context form needs vLLM main (PR #48944); vLLM 0.33.0 has no context axis")
     pairs = zip(ordered, ordered[1:], strict=False)
     gaps = [f"{a.ctx.hi + 1}-{b.ctx.lo - 1}" for a, b in pairs if b.ctx.lo > a.ctx.hi + 1]

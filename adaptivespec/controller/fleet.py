@@ -1,8 +1,8 @@
 """Fleet evidence: what this host measured, as totals other hosts can add up, and what they measured.
 
-Hosts pool sufficient statistics, not decisions: per (cell, K) the step count and the sums and
-squares of goodput and step seconds; per (context bucket, draft position) the rows that kept a
-draft and the rows at risk of losing it. Sums add across hosts exactly, so the database keeps
+Hosts pool sufficient statistics, not decisions: per (cell, arm) the step count and the sums and
+squares of goodput and step seconds; per (context bucket, drafter, draft position) the rows that
+kept a draft and the rows at risk of losing it. Sums add across hosts exactly, so the database keeps
 them summed (see `store.fleet`), and a retried flush of absolute totals is idempotent.
 
 What a host folds in is everyone else's totals plus its own from before this start (which the
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from adaptivespec.controller.arms import Arm, arm
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.publication import republish
 from adaptivespec.controller.stats import EWStat
@@ -23,8 +24,8 @@ from adaptivespec.controller.stats import EWStat
 if TYPE_CHECKING:
     from adaptivespec.controller.controller import Controller
 
-ArmKey = tuple[int, int, int]  # (context bucket, batch bucket, K)
-PositionKey = tuple[int, int]  # (context bucket, draft position from 1)
+ArmKey = tuple[int, int, str, int]  # (context bucket, batch bucket, drafter ("" at K = 0), K)
+PositionKey = tuple[int, str, int]  # (context bucket, drafter, draft position from 1)
 # Pooled rows weigh at most this many local rows' worth per position: the local estimate
 # forgets (it follows workload drift) and a fleet's cumulative millions would freeze it.
 MAX_POOLED_ROWS = 2000.0
@@ -127,16 +128,19 @@ class Tally:
     def record(
         self, key: ArmKey, tokens_per_row: float, seconds: float, rows: int, kept_at_least: tuple[int, ...]
     ) -> None:
-        """One step at K = key[2] over `rows` rows; `kept_at_least[j - 1]` rows kept >= j drafts."""
+        """One step at K = key[3] with drafter key[2] over `rows` rows; `kept_at_least[j - 1]` rows
+        kept >= j drafts."""
         self._arms.setdefault(key, ArmTotals()).add(tokens_per_row / seconds, seconds)
         self._changed_arms.add(key)
         previous = rows
-        for j in range(1, key[2] + 1):
+        ctx, _, method, k = key
+        for j in range(1, k + 1):
             kept = kept_at_least[j - 1] if j <= len(kept_at_least) else 0
-            counts = self._acceptance.setdefault((key[0], j), PositionTotals())
+            position = (ctx, method, j)
+            counts = self._acceptance.setdefault(position, PositionTotals())
             counts.kept += kept
             counts.at_risk += previous
-            self._changed_positions.add((key[0], j))
+            self._changed_positions.add(position)
             previous = kept
 
     @property
@@ -151,7 +155,7 @@ class Tally:
 
     def changed_cells(self) -> set[tuple[int, int]]:
         """(context bucket, batch bucket) of every row the next flush writes."""
-        return {(ctx, batch) for ctx, batch, _ in self._changed_arms}
+        return {(ctx, batch) for ctx, batch, _, _ in self._changed_arms}
 
     def take_changes(self) -> FleetTotals:
         """The absolute totals (all lives) of every row that changed since the last flush; they
@@ -186,17 +190,21 @@ def fold(controller: Controller, view: FleetView) -> None:
     controller.share = replace(view.share, refreshes=controller.share.refreshes + 1)
     earlier_lives = controller.tally.baseline if controller.tally is not None else FleetTotals()
     evidence = view.totals.plus(earlier_lives)
-    by_cell: dict[tuple[int, int], dict[int, ArmTotals]] = {}
-    for (ctx, batch, k), totals in evidence.arms.items():
-        if k in controller.config.settings.arms and totals.steps > 0:
-            by_cell.setdefault((ctx, batch), {})[k] = totals
+    by_cell: dict[tuple[int, int], dict[Arm, ArmTotals]] = {}
+    first = controller.methods[0] if controller.methods else ""
+    for (ctx, batch, method, k), totals in evidence.arms.items():
+        where = arm(method or first, k)  # rows from before drafters were named: the first's
+        if where in controller.arms and totals.steps > 0:
+            by_cell.setdefault((ctx, batch), {})[where] = totals
     for key, arms in by_cell.items():
         cell = controller.cell(key)
         cell.set_fleet({k: t.seconds() for k, t in arms.items()}, view.hosts_by_cell.get(key, 0))
         if cell.scale <= 0.0:
             busiest = max(arms.values(), key=lambda t: t.steps)
             cell.scale = busiest.reward_mean
-    controller.acceptance.pool(_positions(evidence.acceptance))
+    positions = _positions(evidence.acceptance)
+    for method, estimator in controller.acceptance.items():
+        estimator.pool({(ctx, j): rows for (ctx, m, j), rows in positions.items() if (m or first) == method})
     for key in by_cell:
         cell = controller.cells[key]
         if not cell.samples:
@@ -205,7 +213,7 @@ def fold(controller: Controller, view: FleetView) -> None:
         republish(controller)
 
 
-def _decisions(controller: Controller) -> dict[tuple[int, int], tuple[bool, int]]:
+def _decisions(controller: Controller) -> dict[tuple[int, int], tuple[bool, Arm]]:
     return {key: (cell.informed, cell.decided) for key, cell in controller.cells.items()}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from adaptivespec.controller.arm_prices import CostFloor
+from adaptivespec.controller.arms import Arm
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.cell import Cell, Neighbourhood
 from adaptivespec.controller.step_costs import relative_cost_floor
@@ -18,7 +19,7 @@ CellKey = tuple[int, int]  # (context bucket, batch bucket)
 Cells = Mapping[CellKey, Cell]
 
 
-def nearest_decision(cells: Cells, key: CellKey) -> int | None:
+def nearest_decision(cells: Cells, key: CellKey) -> Arm | None:
     """The decision of the nearest visited cell: same context first (nearest batch), then the
     nearest context with a visited cell at the nearest batch; None when nothing was visited."""
     ctx, batch = key
@@ -48,9 +49,8 @@ def neighbourhood(cells: Cells, key: CellKey) -> Neighbourhood:
 def smaller_neighbour(cells: Cells, key: CellKey) -> CellKey | None:
     """The nearest smaller visited batch bucket, batch 1 excepted.
 
-    A batch-1 plain step takes other kernels (GEMV, not GEMM): on a 2-core CPU one draft
-    token costs 2x the plain step at batch 1 and 1.3x at batch 2, so batch 1 says nothing
-    about how cost grows with K at larger batches.
+    A batch-1 plain step takes other kernels (GEMV, not GEMM), so batch 1 says nothing about
+    how cost grows with K at larger batches.
     """
     ctx, batch = key
     for smaller in range(batch - 1, 0, -1):

@@ -22,6 +22,8 @@ def set_overrides(controller: Controller, overrides: tuple[Override, ...], reaso
     for override in overrides:
         if override.k is not None and override.k > largest:
             raise ConfigError(f"k must be at most {largest}, the most drafts this runner makes")
+        if override.method is not None and override.method not in controller.methods:
+            raise ConfigError(f"method must be one of the drafters loaded, {controller.methods}")
     controller.overrides = overrides
     controller.record_event(f"{reason}: {len(overrides)} active")
     republish(controller)

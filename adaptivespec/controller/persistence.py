@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from adaptivespec.controller.arms import Arm, arm
 from adaptivespec.controller.buckets import CONTEXT_BUCKETS
 from adaptivespec.controller.neighbours import CellKey
 from adaptivespec.controller.publication import republish
@@ -60,9 +61,9 @@ def export_state(controller: Controller, keys: frozenset[CellKey] | None = None)
     chosen = sorted(controller.cells if keys is None else keys & controller.cells.keys())
     confidence = {(d.ctx_bucket, d.batch_bucket): d.confidence for d in controller.decisions()}
     cells = tuple(_cell_state(controller, key, confidence.get(key, 0.0)) for key in chosen)
-    estimator = controller.acceptance
     acceptance = tuple(
-        AcceptanceState(ctx, estimator.rates(ctx), int(estimator.rows(ctx)))
+        AcceptanceState(ctx, estimator.rates(ctx), int(estimator.rows(ctx)), method)
+        for method, estimator in controller.acceptance.items()
         for ctx in range(len(CONTEXT_BUCKETS))
         if estimator.rows(ctx) >= MIN_SAVED_ROWS
     )
@@ -80,12 +81,17 @@ def export_state(controller: Controller, keys: frozenset[CellKey] | None = None)
 def _cell_state(controller: Controller, key: CellKey, confidence: float) -> CellState:
     cell = controller.cells[key]
     arms = []
-    for k, seconds in sorted(cell.seconds.items()):
-        reward = cell.rewards.get(k) or EWStat()
+    for a, seconds in sorted(cell.seconds.items()):
+        reward = cell.rewards.get(a) or EWStat()
         arms.append(
-            ArmState(k, reward.mean, reward.var, reward.count, seconds.mean, seconds.var, seconds.count)
+            ArmState(
+                a.k, a.method, reward.mean, reward.var, reward.count, seconds.mean, seconds.var, seconds.count
+            )
         )
-    return CellState(key[0], key[1], cell.decided, cell.samples, confidence, cell.scale, tuple(arms))
+    decided = cell.decided
+    return CellState(
+        key[0], key[1], decided.k, cell.samples, confidence, cell.scale, tuple(arms), decided.method
+    )
 
 
 def restore(controller: Controller, state: ControllerState, statistics: bool = True) -> None:
@@ -98,15 +104,35 @@ def restore(controller: Controller, state: ControllerState, statistics: bool = T
     fading = controller.config.settings.fading
     for saved in state.cells:
         cell = controller.cell((saved.ctx_bucket, saved.batch_bucket))
-        cell.decided = cell.running = saved.decided
+        decided = _known(controller, saved.decided_method, saved.decided)
+        if decided is not None:
+            cell.decided = cell.running = decided
         if not statistics:
             continue
         cell.samples, cell.scale = saved.samples, saved.reward_scale
-        for arm in saved.arms:
-            cell.rewards[arm.k] = EWStat(fading, arm.reward_mean, arm.reward_var, arm.reward_count)
-            cell.seconds[arm.k] = RobustStat.restored(arm.seconds_mean, arm.seconds_var, arm.seconds_count)
+        for stats in saved.arms:
+            where = _known(controller, stats.method, stats.k)
+            if where is None:
+                continue
+            cell.rewards[where] = EWStat(fading, stats.reward_mean, stats.reward_var, stats.reward_count)
+            cell.seconds[where] = RobustStat.restored(
+                stats.seconds_mean, stats.seconds_var, stats.seconds_count
+            )
     for acc in state.acceptance:
-        controller.acceptance.seed(acc.ctx_bucket, acc.rates)
+        estimator = controller.acceptance.get(_method(controller, acc.method))
+        if estimator is not None:
+            estimator.seed(acc.ctx_bucket, acc.rates)
     controller.version, controller.frozen, controller.overrides = state.version, state.frozen, state.overrides
     controller.dirty = set()
     republish(controller)
+
+
+def _known(controller: Controller, method: str, k: int) -> Arm | None:
+    """A saved arm, if this controller can run it. Rows saved before drafters were named carry
+    no method: they are the first drafter's (a model key names one set of drafters)."""
+    saved = arm(_method(controller, method), k)
+    return saved if saved in controller.arms else None
+
+
+def _method(controller: Controller, saved: str) -> str:
+    return saved or (controller.methods[0] if controller.methods else "")

@@ -1,27 +1,24 @@
-"""Speculation policies: what draft length K to use for a batch size and context length.
+"""Static speculation policies: a draft length K (and a drafter) per batch size.
 
-The engine calls `k_for` at the start of every step, so it must be O(1) and lock-free.
-Policies are immutable; changing policy means swapping the engine's reference.
+They implement the engine's `SpecPolicy` (engine/spec_policy.py). Policies are immutable;
+changing policy means swapping the engine's reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 from adaptivespec.errors import ConfigError
 
 
-class SpecPolicy(Protocol):
-    def k_for(self, batch_size: int, context_len: int) -> int: ...
-
-
 @dataclass(frozen=True, slots=True)
 class FixedK:
-    """The same K at every batch size; K = 0 turns speculation off."""
+    """The same K at every batch size, with one drafter (None: the runner's first); K = 0 turns
+    speculation off."""
 
     k: int
+    method: str | None = None
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -29,6 +26,9 @@ class FixedK:
 
     def k_for(self, batch_size: int, context_len: int) -> int:
         return self.k
+
+    def method_for(self, batch_size: int, context_len: int) -> str | None:
+        return self.method
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +67,6 @@ class StaticTable:
             if entry.lo <= batch_size <= entry.hi:
                 return entry.k
         return self.default_k
+
+    def method_for(self, batch_size: int, context_len: int) -> str | None:
+        return None  # the runner's first drafter: a table names draft lengths only

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from adaptivespec.errors import ConfigError
+
+T = TypeVar("T")  # an arm
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +41,7 @@ class ProbeShare:
         probes of the arms that cost most (K = 0 at small batch) do not all fall on one host."""
         return self if not self.shared else replace(self, rank=(self.rank + turn) % self.hosts)
 
-    def probes(self, arms: Sequence[int], unmeasured: Sequence[int], everyone: bool) -> list[int]:
+    def probes(self, arms: Sequence[T], unmeasured: Sequence[T], everyone: bool) -> list[T]:
         """The unmeasured arms this host probes, in order: its share alone, or all of them
         starting from its share (`everyone`). `arms` is in the same order on every host."""
         start, end = self._bounds(len(arms))

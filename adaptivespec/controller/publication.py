@@ -1,9 +1,9 @@
-"""What the controller publishes: the K the engine runs per cell, and the decisions operators see.
+"""What the controller publishes: the arm the engine runs per cell, and the decisions operators see.
 
 Two answers exist per cell, and both are named:
-- the *decision*: the best measured K, with hysteresis, after overrides. The admin page, the
+- the *decision*: the best measured arm (drafter and K), with hysteresis, after overrides. The admin page, the
   admin API, `thresholds`, the store and the metrics all show this one.
-- the *running* K: what the engine runs at that cell's next step. It is the decision, except
+- the *running* arm: what the engine runs at that cell's next step. It is the decision, except
   during an exploration step, when the bandit tries another arm to measure it. The engine's
   snapshot holds this one; operators see it only as "exploring".
 An unvisited cell borrows the nearest visited cell's decision, and says so.
@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from adaptivespec.controller.arms import OFF, Arm
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.neighbours import CellKey, nearest_decision
-from adaptivespec.controller.overrides import effective_k
+from adaptivespec.controller.overrides import effective_arm
 
 if TYPE_CHECKING:
     from adaptivespec.controller.controller import Controller
@@ -28,8 +29,8 @@ Source = Literal["measured", "fleet", "borrowed", "prior", "override"]
 class PublishedCell:
     ctx_bucket: int
     batch_bucket: int
-    decided: int  # the decision, after overrides
-    running: int  # what the engine runs at the next step: `decided`, or an arm being explored
+    decided: Arm  # the decision, after overrides
+    running: Arm  # what the engine runs at the next step: `decided`, or an arm being explored
     source: Source  # where `decided` comes from
 
     @property
@@ -39,12 +40,12 @@ class PublishedCell:
 
 def publish_cell(controller: Controller, key: CellKey) -> None:
     ctx, batch = key
-    k = effective_k(
+    arm = effective_arm(
         controller.overrides, ctx, batch, _running(controller, key), lambda: _best_on(controller, key)
     )
     snapshot = controller.live.snapshot
-    if snapshot.table[ctx][batch] != k or snapshot.version != controller.version:
-        controller.live.snapshot = snapshot.with_cell(ctx, batch, k, controller.version)
+    if snapshot.table[ctx][batch] != arm or snapshot.version != controller.version:
+        controller.live.snapshot = snapshot.with_cell(ctx, batch, arm, controller.version)
 
 
 def publish_after_change(controller: Controller, ctx: int) -> None:
@@ -57,7 +58,7 @@ def publish_after_change(controller: Controller, ctx: int) -> None:
 
 
 def republish(controller: Controller) -> None:
-    """Recomputes every cell's K (after overrides, freeze, reset or a restore)."""
+    """Recomputes every cell's arm (after overrides, freeze, reset or a restore)."""
     for ctx in range(len(CONTEXT_BUCKETS)):
         _publish_row(controller, ctx)
 
@@ -67,36 +68,38 @@ def _publish_row(controller: Controller, ctx: int) -> None:
         publish_cell(controller, (ctx, batch))
 
 
-def decided_k(controller: Controller, key: CellKey) -> tuple[int, Source]:
+def decided_arm(controller: Controller, key: CellKey) -> tuple[Arm, Source]:
     """A cell's own decision, its borrowed one, or the prior, before overrides."""
     cell = controller.cells.get(key)
     if cell is not None and cell.informed:
         return cell.decided, "measured" if cell.samples else "fleet"
     borrowed = nearest_decision(controller.cells, key)
-    return (controller.start_k, "prior") if borrowed is None else (borrowed, "borrowed")
+    return (controller.start_arm, "prior") if borrowed is None else (borrowed, "borrowed")
 
 
-def _running(controller: Controller, key: CellKey) -> int:
+def _running(controller: Controller, key: CellKey) -> Arm:
     cell = controller.cells.get(key)
     if cell is None or not cell.informed or controller.frozen:
-        return decided_k(controller, key)[0]
+        return decided_arm(controller, key)[0]
     return cell.running
 
 
-def _best_on(controller: Controller, key: CellKey) -> int:
-    """The best measured K > 0 of a cell, for "force on"; only asked for when that override applies."""
-    fallback = max((k for k in controller.config.settings.arms if k > 0), default=0)
+def _best_on(controller: Controller, key: CellKey) -> Arm:
+    """The best measured drafting arm of a cell, for overrides that need one; only asked for
+    when one applies. Unmeasured: the first drafter's largest K."""
+    drafting = [a for a in controller.arms if a.k > 0]
+    fallback = max(drafting, key=lambda a: (a.method == drafting[0].method, a.k)) if drafting else OFF
     cell = controller.cells.get(key)
     if cell is None or not cell.informed:
         return fallback
     predicted = cell.predictions(controller.acceptance_of(key[0]))
-    return max((k for k in predicted if k > 0), key=predicted.__getitem__, default=fallback)
+    return max((a for a in predicted if a.k > 0), key=predicted.__getitem__, default=fallback)
 
 
-def _published(controller: Controller, key: CellKey, running: int) -> PublishedCell:
+def _published(controller: Controller, key: CellKey, running: Arm) -> PublishedCell:
     ctx, batch = key
-    own, source = decided_k(controller, key)
-    decided = effective_k(controller.overrides, ctx, batch, own, lambda: _best_on(controller, key))
+    own, source = decided_arm(controller, key)
+    decided = effective_arm(controller.overrides, ctx, batch, own, lambda: _best_on(controller, key))
     if any(o.covers(ctx, batch) for o in controller.overrides):
         source = "override"
     return PublishedCell(ctx, batch, decided, running, source)

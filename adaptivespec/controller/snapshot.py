@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adaptivespec.controller.arms import Arm
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, batch_bucket, context_bucket
 
-Table = tuple[tuple[int, ...], ...]  # [context bucket][batch bucket] -> K
+Table = tuple[tuple[Arm, ...], ...]  # [context bucket][batch bucket] -> the arm to run
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,24 +20,33 @@ class PolicySnapshot:
     table: Table
 
     @classmethod
-    def uniform(cls, k: int, version: int = 0) -> PolicySnapshot:
-        row = (k,) * len(BATCH_BUCKETS)
+    def uniform(cls, arm: Arm, version: int = 0) -> PolicySnapshot:
+        row = (arm,) * len(BATCH_BUCKETS)
         return cls(version, (row,) * len(CONTEXT_BUCKETS))
 
-    def k_for(self, batch_size: int, context_len: int) -> int:
+    def arm_for(self, batch_size: int, context_len: int) -> Arm:
         return self.table[context_bucket(context_len)][batch_bucket(batch_size)]
 
-    def with_cell(self, ctx: int, batch: int, k: int, version: int) -> PolicySnapshot:
+    def k_for(self, batch_size: int, context_len: int) -> int:
+        return self.arm_for(batch_size, context_len).k
+
+    def method_for(self, batch_size: int, context_len: int) -> str | None:
+        return self.arm_for(batch_size, context_len).method or None
+
+    def with_cell(self, ctx: int, batch: int, arm: Arm, version: int) -> PolicySnapshot:
         row = self.table[ctx]
-        new_row = (*row[:batch], k, *row[batch + 1 :])
+        new_row = (*row[:batch], arm, *row[batch + 1 :])
         return PolicySnapshot(version, (*self.table[:ctx], new_row, *self.table[ctx + 1 :]))
 
 
 class LivePolicy:
-    """What the engine holds: `k_for` reads whichever snapshot was published last."""
+    """What the engine holds: each call reads whichever snapshot was published last."""
 
     def __init__(self, snapshot: PolicySnapshot) -> None:
         self.snapshot = snapshot
 
     def k_for(self, batch_size: int, context_len: int) -> int:
         return self.snapshot.k_for(batch_size, context_len)
+
+    def method_for(self, batch_size: int, context_len: int) -> str | None:
+        return self.snapshot.method_for(batch_size, context_len)

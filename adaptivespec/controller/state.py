@@ -11,6 +11,7 @@ from adaptivespec.controller.overrides import Override
 @dataclass(frozen=True, slots=True)
 class ArmState:
     k: int
+    method: str  # the drafter ("" at K = 0)
     reward_mean: float
     reward_var: float
     reward_count: int
@@ -23,11 +24,12 @@ class ArmState:
 class CellState:
     ctx_bucket: int
     batch_bucket: int
-    decided: int
+    decided: int  # K
     samples: int
     confidence: float
     reward_scale: float
     arms: tuple[ArmState, ...]
+    decided_method: str = ""  # the drafter at `decided` ("" at K = 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,7 @@ class AcceptanceState:
     ctx_bucket: int
     rates: AcceptanceRates
     count: int  # rows measured
+    method: str  # the drafter whose drafts these are
 
 
 @dataclass(frozen=True, slots=True)

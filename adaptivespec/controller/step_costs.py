@@ -1,13 +1,14 @@
-"""The learned step cost: seconds per step for each K, measured per cell, bounded where unmeasured.
+"""The learned step cost: seconds per step for each arm, measured per cell, bounded where unmeasured.
 
 Measured arms are used as they are. An unmeasured arm gets an *optimistic* bound from the
-shape a decode step has (a roofline: the maximum of linear costs, so non-decreasing and
-convex in K): the cost never falls as K grows; beyond the two largest measured arms it keeps
-rising at least at half their secant slope (half, because real kernels are not perfectly
-convex: on the CPU a 2-token verify can cost more than a 5-token one); beyond a single
-measured arm, at half a prior slope per draft token (a draft token is never free: it costs
-at least a draft pass and a verified column); and below the smallest measured arm it shrinks
-at most with the tokens verified per row (K + 1).
+shape a decode step has along its drafter's chain (arms.py; a roofline: the maximum of linear
+costs, so non-decreasing and convex in K): the cost never falls as K grows; beyond the two
+largest measured arms it keeps rising at least at half their secant slope (half, because real
+kernels are not perfectly convex: on the CPU a 2-token verify can cost more than a 5-token
+one); beyond a single measured arm, at half a prior slope per draft token (a draft token is
+never free: it costs at least a draft pass and a verified column); and below the smallest
+measured arm it shrinks at most with the tokens verified per row (K + 1). Speculation off
+(`OFF`) is on every drafter's chain; one drafter's arms bound nothing of another's.
 Bounded exploration then rarely skips an arm that could win, and stops trying costly ones.
 """
 
@@ -17,6 +18,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from itertools import accumulate
 
+from adaptivespec.controller.arms import Arm, chain
 from adaptivespec.controller.stats import Summary
 
 SECANT_FRACTION = 0.5
@@ -26,30 +28,15 @@ SECANT_FRACTION = 0.5
 PRIOR_SLOPE = 0.1
 
 
-class OptimisticCosts:
-    """The lowest step time each K can have, given one cell's measurements (sorted once) and `floor`."""
+class _Chain:
+    """One drafter's measured arms (OFF included), sorted once by K."""
 
-    def __init__(
-        self, times: Mapping[int, Summary], floor: Callable[[int], float | None] | None = None
-    ) -> None:
-        measured = sorted((k, s.mean) for k, s in times.items() if s.count)
+    def __init__(self, measured: list[tuple[int, float]]) -> None:
         self._arms = [k for k, _ in measured]
         self._times = [t for _, t in measured]
         self._slowest_up_to = list(accumulate(self._times, max))  # max step time among arms[: i + 1]
-        self._by_k = dict(measured)
-        self._floor = floor
 
     def seconds(self, k: int) -> float | None:
-        measured = self._by_k.get(k)
-        if measured is not None:
-            return measured
-        own = self._from_cell(k)
-        elsewhere = self._floor(k) if self._floor is not None else None
-        if own is None or elsewhere is None:
-            return own if elsewhere is None else elsewhere
-        return max(own, elsewhere)
-
-    def _from_cell(self, k: int) -> float | None:
         below = bisect_left(self._arms, k)  # how many measured arms are smaller than k
         if below >= 2:
             k1, k2 = self._arms[below - 2], self._arms[below - 1]
@@ -65,29 +52,66 @@ class OptimisticCosts:
         return seconds * (k + 1) / (arm + 1)  # at best, cost shrinks with the tokens verified
 
 
+class OptimisticCosts:
+    """The lowest step time each arm can have, given one cell's measurements and `floor`."""
+
+    def __init__(
+        self, times: Mapping[Arm, Summary], floor: Callable[[Arm], float | None] | None = None
+    ) -> None:
+        self._by_arm = {a: s.mean for a, s in times.items() if s.count}
+        self._chains: dict[str, _Chain] = {}
+        self._floor = floor
+
+    def seconds(self, arm: Arm) -> float | None:
+        measured = self._by_arm.get(arm)
+        if measured is not None:
+            return measured
+        own = self._chain(arm.method).seconds(arm.k) if arm.k else self._off()
+        elsewhere = self._floor(arm) if self._floor is not None else None
+        if own is None or elsewhere is None:
+            return own if elsewhere is None else elsewhere
+        return max(own, elsewhere)
+
+    def _off(self) -> float | None:
+        """OFF is on every drafter's chain: the lowest of what each chain bounds it by."""
+        methods = {a.method for a in self._by_arm if a.k}
+        bounds = [t for m in methods if (t := self._chain(m).seconds(0)) is not None]
+        return min(bounds, default=None)
+
+    def _chain(self, method: str) -> _Chain:
+        found = self._chains.get(method)
+        if found is None:
+            arms = chain(self._by_arm, method)
+            found = self._chains[method] = _Chain([(a.k, self._by_arm[a]) for a in arms])
+        return found
+
+
 def relative_cost_floor(
-    here: Mapping[int, Summary], smaller_batch: Mapping[int, Summary]
-) -> Callable[[int], float | None]:
-    """A lower bound on K's step time from a smaller batch bucket's step times.
+    here: Mapping[Arm, Summary], smaller_batch: Mapping[Arm, Summary]
+) -> Callable[[Arm], float | None]:
+    """A lower bound on an arm's step time from a smaller batch bucket's step times.
 
     On a roofline the extra tokens of a verify cost a share of the step that grows with the
     batch (the step moves from bandwidth- to compute-bound), so t(K) / t(ref) at a smaller
-    batch is a floor for it here. Where the smaller bucket never ran K, its own optimistic
-    bound stands in, so a freshly visited large batch does not price an expensive K as if it
-    cost what K=0 costs. Half of the excess is taken, as above, because real kernels are not
-    perfectly regular.
+    batch is a floor for it here, for a reference arm on the same drafter's chain measured in
+    both. Where the smaller bucket never ran the arm, its own optimistic bound stands in, so a
+    freshly visited large batch does not price an expensive K as if it cost what K = 0 costs.
+    Half of the excess is taken, as above, because real kernels are not perfectly regular.
     """
-    common = [k for k, s in here.items() if s.count and k in smaller_batch and smaller_batch[k].count]
+    common = [a for a, s in here.items() if s.count and a in smaller_batch and smaller_batch[a].count]
     if not common:
-        return lambda k: None
-    ref = min(common)
-    here_ref, there_ref = here[ref].mean, smaller_batch[ref].mean
+        return lambda arm: None
     there = OptimisticCosts(smaller_batch)
 
-    def floor(k: int) -> float | None:
-        seconds = there.seconds(k)
-        if k <= ref or seconds is None or there_ref <= 0:
+    def floor(arm: Arm) -> float | None:
+        refs = [a for a in chain(common, arm.method) if a.k < arm.k]
+        seconds = there.seconds(arm)
+        if not refs or seconds is None:
             return None
-        return here_ref * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0))
+        ref = refs[0]
+        there_ref = smaller_batch[ref].mean
+        if there_ref <= 0:
+            return None
+        return here[ref].mean * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0))
 
     return floor

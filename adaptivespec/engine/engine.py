@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from adaptivespec.config import EngineConfig
-from adaptivespec.controller.policy import SpecPolicy
 from adaptivespec.engine.intake import Intake
 from adaptivespec.engine.prefill_pacer import PrefillPacer
 from adaptivespec.engine.records import Completion, EngineTotals
@@ -29,6 +28,7 @@ from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput,
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import PromptChunk, RowMoves, Scheduler
 from adaptivespec.engine.sequence import Sequence
+from adaptivespec.engine.spec_policy import SpecPolicy
 from adaptivespec.engine.telemetry import TelemetryBus, decode_record
 from adaptivespec.engine.tokenizer import Tokenizer
 from adaptivespec.errors import EngineStoppedError
@@ -332,8 +332,9 @@ class Engine:
 
     def _submit_decode(self, batch: list[Sequence], lengths: list[int]) -> DecodeInFlight:
         context = sum(lengths) / len(batch)
-        k = self.policy.k_for(len(batch), int(context))
-        return DecodeInFlight(batch, context, self._submit(self.runner.decode, len(batch), k))
+        size, length = len(batch), int(context)
+        k, method = self.policy.k_for(size, length), self.policy.method_for(size, length)
+        return DecodeInFlight(batch, context, self._submit(self.runner.decode, size, k, method))
 
     def _batch_stays(self, batch: list[Sequence], out: DecodeOutput) -> bool:
         """Whether the next step may start before this one's tokens are streamed.

@@ -8,6 +8,7 @@ columns, so ragged acceptance needs no rollback beyond forgetting the rejected c
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
@@ -31,7 +32,7 @@ class HFRunner:
     def __init__(
         self,
         target: PreTrainedModel,
-        proposer: Proposer | None,
+        proposers: Sequence[Proposer],
         *,
         max_batch: int,
         max_context: int,
@@ -41,9 +42,13 @@ class HFRunner:
         hardware_key: str,
         clock: ForwardClock,
     ) -> None:
-        self.proposer = proposer
+        # The drafters by method, in the order given: the first drafts when a step names none.
+        self.proposers = {proposer.method: proposer for proposer in proposers}
+        if len(self.proposers) != len(proposers):
+            raise ValueError(f"two drafters of one method: {[p.method for p in proposers]}")
+        self.methods = tuple(self.proposers)
         self.max_batch = max_batch
-        self.max_spec_tokens = max_spec_tokens if proposer is not None else 0
+        self.max_spec_tokens = max_spec_tokens if proposers else 0
         self.eos_token_ids = eos_token_ids
         self.model_key = model_key
         self.hardware_key = hardware_key
@@ -63,7 +68,7 @@ class HFRunner:
 
     @property
     def models(self) -> list[PreTrainedModel]:
-        """The transformers models the step runs: the target, then the draft if there is one."""
+        """The transformers models the step runs: the target, then any draft models."""
         return [cached.model for cached in self._cached_models()]
 
     def compile(self) -> None:
@@ -84,8 +89,8 @@ class HFRunner:
                 cached.compiled.enabled = on
 
     def _cached_models(self) -> list[CachedModel]:
-        draft = getattr(self.proposer, "draft", None)
-        return [self.target] + ([draft] if isinstance(draft, CachedModel) else [])
+        drafts = [getattr(proposer, "draft", None) for proposer in self.proposers.values()]
+        return [self.target] + [draft for draft in drafts if isinstance(draft, CachedModel)]
 
     @torch.inference_mode()
     def _warm_up(self, batch: int) -> None:
@@ -94,8 +99,9 @@ class HFRunner:
         self.decode(batch, 0)  # the target: one token per row
         if self.max_spec_tokens == 0:
             return
-        # After a K = 0 step the draft catches up by two tokens, then drafts one at a time.
-        self.decode(batch, min(2, self.max_spec_tokens))
+        # After a K = 0 step each draft catches up by two tokens, then drafts one at a time.
+        for method in self.methods:
+            self.decode(batch, min(2, self.max_spec_tokens), method)
         # The target's verify pass, whatever the drafter found for this text.
         drafts = self.rows.last_tokens(batch).expand(batch, 2)
         n_drafts = np.full(batch, 2, dtype=np.int64)
@@ -104,7 +110,7 @@ class HFRunner:
 
     @property
     def kv_bytes(self) -> int:
-        return self.target.cache.nbytes + (self.proposer.nbytes if self.proposer is not None else 0)
+        return self.target.cache.nbytes + sum(proposer.nbytes for proposer in self.proposers.values())
 
     def describe(self) -> str:
         return (
@@ -119,8 +125,8 @@ class HFRunner:
         chunks, starts = [item.chunk for item in items], [item.start for item in items]
         done = self._open_rows(row_start, items)
         logits = self.target.prefill(row_start, chunks, starts)  # [n, V]
-        if self.proposer is not None:
-            self.proposer.prefill(row_start, chunks, starts)
+        for proposer in self.proposers.values():
+            proposer.prefill(row_start, chunks, starts)
         tokens: list[int] = []
         if done:
             ends = np.array([item.stop for item in items[:done]], dtype=np.int64)
@@ -147,8 +153,8 @@ class HFRunner:
         chunks = [item.chunk for item in items]
         ids = torch.cat([self.rows.last_tokens(batch)[:, 0], upload(np.concatenate(chunks), self.device)])
         logits = self.target.forward_segments(ids.unsqueeze(0), layout)  # [batch + chunks, V]
-        if self.proposer is not None:
-            self.proposer.prefill(batch, chunks, starts.tolist())
+        for proposer in self.proposers.values():
+            proposer.prefill(batch, chunks, starts.tolist())
         decoded = next_tokens(logits[:batch], self._sampling(slice(0, batch)))  # [batch]
         ends = np.array([item.stop for item in items[:done]], dtype=np.int64)
         first = next_tokens(logits[batch : batch + done], self._sampling(slice(batch, batch + done), ends))
@@ -158,7 +164,7 @@ class HFRunner:
         self.clock.settle()
         seconds = time.perf_counter() - began
         step = DecodeOutput(
-            [[t] for t in read[:batch]], [0] * batch, [0] * batch, 0, 0, 0.0, seconds, seconds
+            [[t] for t in read[:batch]], [0] * batch, [0] * batch, 0, "", 0, 0.0, seconds, seconds
         )
         return step, PrefillOutput(first_tokens, seconds)
 
@@ -186,15 +192,16 @@ class HFRunner:
         self.rows.append(row_start, np.asarray(tokens, dtype=np.int64)[:, None], np.ones(n, np.int64))
 
     @torch.inference_mode()
-    def decode(self, batch: int, k: int) -> DecodeOutput:
+    def decode(self, batch: int, k: int, method: str | None = None) -> DecodeOutput:
         began, began_mark = time.perf_counter(), self.clock.mark()
         sampling = self._sampling(slice(0, batch))
         old_lens = self.rows.host_lens[:batch].copy()
         k = min(k, self.max_spec_tokens)
+        proposer = self._proposer(method) if k > 0 else None
         # Built before the drafter's forwards, with its layouts (see DraftModelProposer.propose).
-        ahead = k > 0 and self.proposer is not None and self.proposer.full_width
+        ahead = proposer is not None and proposer.full_width
         verify_layout = self._verify_layout(batch, k + 1) if ahead else None
-        proposal = self._propose(batch, k, sampling)
+        proposal = self._propose(proposer, batch, k, sampling)
         drafted_mark = self.clock.mark()
         if proposal is None:
             host_tokens, accepted = self._plain_step(batch, sampling)
@@ -203,8 +210,8 @@ class HFRunner:
         kept = accepted.tolist()
         emitted = [row[: a + 1] for row, a in zip(host_tokens.tolist(), kept, strict=True)]
         self.rows.append(0, host_tokens, accepted + 1)
-        if proposal is not None and self.proposer is not None:
-            self.proposer.commit(batch, old_lens, accepted)
+        if proposal is not None and proposer is not None:
+            proposer.commit(batch, old_lens, accepted)
         self.clock.settle()
         step_seconds = time.perf_counter() - began
         draft_seconds = self.clock.between(began_mark, drafted_mark)
@@ -214,6 +221,7 @@ class HFRunner:
             drafted=[0] * batch if proposal is None else proposal.host_n_drafts.tolist(),
             accepted=kept,
             k=k,
+            method="" if proposer is None else proposer.method,
             width=0 if proposal is None else proposal.drafts.shape[1],
             draft_seconds=draft_seconds,
             verify_seconds=step_seconds - draft_seconds,
@@ -229,8 +237,8 @@ class HFRunner:
         src, dst = upload(srcs, self.device), upload(dsts, self.device)
         self.target.cache.move_rows(src, dst, upto)
         self.rows.move(srcs, dsts)
-        if self.proposer is not None:
-            self.proposer.move_rows(srcs, dsts, upto)
+        for proposer in self.proposers.values():
+            proposer.move_rows(srcs, dsts, upto)
         for values in (self._temperature, self._top_p, self._greedy):
             values[dst] = values[src]
         for host in (self._host_greedy, self._host_top_p):
@@ -241,13 +249,25 @@ class HFRunner:
     def forget_history(self) -> None:
         """The drafter forgets earlier requests (benchmarks replaying them to each contender);
         the rows must be prefilled again before the next step."""
-        if self.proposer is not None:
-            self.proposer.forget()
+        for proposer in self.proposers.values():
+            proposer.forget()
 
-    def _propose(self, batch: int, k: int, sampling: BatchSampling) -> Proposal | None:
-        if k <= 0 or self.proposer is None:
-            return None  # K = 0 never touches the drafter
-        proposal = self.proposer.propose(self.rows, batch, k, sampling)
+    def _proposer(self, method: str | None) -> Proposer | None:
+        """The drafter a step names (None: the first); a drafter this runner lacks is an error
+        of the caller's, never a silent plain step."""
+        if method is None:
+            return next(iter(self.proposers.values()), None)
+        proposer = self.proposers.get(method)
+        if proposer is None:
+            raise ValueError(f"no {method!r} drafter here; this runner drafts with {self.methods}")
+        return proposer
+
+    def _propose(
+        self, proposer: Proposer | None, batch: int, k: int, sampling: BatchSampling
+    ) -> Proposal | None:
+        if proposer is None:
+            return None  # K = 0 never touches a drafter; nor does a step another one drafts
+        proposal = proposer.propose(self.rows, batch, k, sampling)
         width = int(proposal.host_n_drafts.max())
         if width == 0:
             return None

@@ -135,7 +135,7 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> froze
 
 def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     models = config.models
-    if models.proposer == "suffix" and not suffix_available():
+    if "suffix" in models.proposers and not suffix_available():
         raise ConfigError(INSTALL_HINT)  # before minutes of loading, not after
     device = resolve_device(models.device)
     dtype = resolve_dtype(models.dtype, device)
@@ -164,23 +164,26 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         check_same_tokenizer(tokenizer, load_tokenizer(draft_source.path))
     kv = _kv_plan(config, [m for m in (target, draft) if m is not None], cache_len, device, dtype)
     announce(progress, kv.describe(cache_len))
-    proposer: Proposer
-    if models.proposer == "suffix":
-        proposer = SuffixProposer(models.suffix, kv.rows)
-    elif draft is None or draft_source is None:
-        proposer = NgramProposer(models.ngram_max, models.ngram_min)
-    else:
-        proposer = DraftModelProposer(
-            draft, draft_source.key, kv.rows, cache_len, clock, target_width=_logit_width(target)
-        )
+    proposers: list[Proposer] = []
+    for kind in models.proposers:
+        if kind == "suffix":
+            proposers.append(SuffixProposer(models.suffix, kv.rows))
+        elif kind == "ngram":
+            proposers.append(NgramProposer(models.ngram_max, models.ngram_min))
+        elif draft is not None and draft_source is not None:
+            width = _logit_width(target)
+            proposers.append(
+                DraftModelProposer(draft, draft_source.key, kv.rows, cache_len, clock, target_width=width)
+            )
+    drafters = ",".join(proposer.name for proposer in proposers)
     runner = HFRunner(
         target,
-        proposer,
+        proposers,
         max_batch=kv.rows,
         max_context=config.max_context,
         max_spec_tokens=config.max_spec_tokens,
         eos_token_ids=eos_ids(target, tokenizer),
-        model_key=f"{target_source.key}+{proposer.name}:{str(dtype).removeprefix('torch.')}",
+        model_key=f"{target_source.key}+{drafters}:{str(dtype).removeprefix('torch.')}",
         hardware_key=hardware_key(device),
         clock=clock,
     )

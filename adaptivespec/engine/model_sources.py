@@ -58,7 +58,7 @@ SMOLLM2 = PackagedModel(
 
 def resolve_models(models: ModelConfig, progress: bool = True) -> tuple[ModelSource, ModelSource | None]:
     """The target, and the draft only when the proposer needs one (n-gram never builds a draft)."""
-    wanted = [models.target] + ([models.draft] if models.proposer == "draft" and models.draft else [])
+    wanted = [models.target] + ([models.draft] if "draft" in models.proposers and models.draft else [])
     demo = _demo_sources(progress) if DEMO_MODEL in wanted else {}
     sources = [demo[i] if name == DEMO_MODEL else resolve(name, progress) for i, name in enumerate(wanted)]
     return sources[0], sources[1] if len(sources) > 1 else None

@@ -45,7 +45,8 @@ class Proposal:
 
 
 class Proposer(Protocol):
-    name: str
+    name: str  # what it drafts with, for the model key
+    method: str  # its kind ("ngram", "draft", "suffix"): what the controller chooses among
     # Every row gets exactly K drafts, so the verify pass's layout can be built before drafting.
     full_width: bool
 
@@ -87,6 +88,7 @@ class DraftModelProposer:
         target_width: int | None = None,
     ) -> None:
         self.name = name
+        self.method = "draft"
         self.full_width = True
         self.draft = CachedModel(model, max_batch, cache_len, clock)
         own_width = int(model.get_output_embeddings().weight.shape[0])
@@ -164,6 +166,7 @@ class NgramProposer:
 
     def __init__(self, max_n: int = 3, min_n: int = 2) -> None:
         self.name = f"ngram{min_n}-{max_n}"
+        self.method = "ngram"
         self.full_width = False  # a row without a match, or near its end, has fewer
         self.max_n = max_n
         self.min_n = min_n

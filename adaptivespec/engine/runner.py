@@ -56,6 +56,7 @@ class DecodeOutput:
     drafted: list[int]  # drafts proposed per row
     accepted: list[int]  # drafts accepted per row
     k: int  # draft length asked of the drafter: the policy's K, capped at max_spec_tokens
+    method: str  # the drafter that drafted ("ngram", "draft", "suffix"); "" for a step at K = 0
     width: int  # drafts verified per row (0 = a plain step); below k when the drafter found fewer
     draft_seconds: float
     verify_seconds: float
@@ -71,6 +72,7 @@ class Runner(Protocol):
     hardware_key: str
     max_batch: int
     max_spec_tokens: int
+    methods: tuple[str, ...]  # the drafters it can run, by method; the first is the default
     eos_token_ids: frozenset[int]
     vocab_rows: int  # token ids a prompt may hold: the embedding table's rows, not len(tokenizer)
 
@@ -80,7 +82,9 @@ class Runner(Protocol):
         """Items fill rows [row_start, row_start + n); only the last may stop short of its end."""
         ...
 
-    def decode(self, batch: int, k: int) -> DecodeOutput: ...
+    def decode(self, batch: int, k: int, method: str | None = None) -> DecodeOutput:
+        """A step over rows [0, batch) drafting K tokens with `method` (None: the first drafter)."""
+        ...
 
     @property
     def fuses_prompts(self) -> bool:

@@ -50,6 +50,7 @@ class SuffixProposer:
         except ImportError as exc:
             raise ConfigError(INSTALL_HINT) from exc
         self.name = "suffix"
+        self.method = "suffix"
         self.full_width = False  # each row drafts what its match earns, 0 to K
         self.settings = settings
         self._cache_type: Any = SuffixDecodingCache

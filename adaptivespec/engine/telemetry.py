@@ -34,6 +34,7 @@ class StepTelemetry:
     # tokens it missed (its seconds are part of draft_seconds and step_seconds).
     catch_up_tokens: int = 0
     catch_up_seconds: float = 0.0
+    method: str = ""  # the drafter the step ran ("ngram", "draft", "suffix"); "" at K = 0
 
 
 def decode_record(
@@ -45,6 +46,7 @@ def decode_record(
         hardware_key=hardware_key,
         batch_size=batch_size,
         k=out.k,
+        method=out.method,
         mean_context_len=context,
         drafted=sum(out.drafted),
         accepted=sum(out.accepted),

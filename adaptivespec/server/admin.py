@@ -123,8 +123,10 @@ def _threshold_rows(controller: Controller, max_context: int, max_batch: int) ->
                 "ctx_bucket": CONTEXT_BUCKETS[cell.ctx_bucket].label,
                 "threshold": thresholds.get(cell.ctx_bucket),
                 "k_by_bucket": {},
+                "method_by_bucket": {},
                 "source_by_bucket": {},
                 "exploring": {},
+                "exploring_method": {},
                 "samples": 0,
                 "fleet_samples": 0,
                 "hosts_by_bucket": {},
@@ -133,10 +135,12 @@ def _threshold_rows(controller: Controller, max_context: int, max_batch: int) ->
             },
         )
         label = BATCH_BUCKETS[cell.batch_bucket].label
-        row["k_by_bucket"][label] = cell.decided
+        row["k_by_bucket"][label] = cell.decided.k
+        row["method_by_bucket"][label] = cell.decided.method
         row["source_by_bucket"][label] = cell.source
         if cell.exploring:
-            row["exploring"][label] = cell.running
+            row["exploring"][label] = cell.running.k
+            row["exploring_method"][label] = cell.running.method
         decision = measured.get((cell.ctx_bucket, cell.batch_bucket))
         if decision is not None:
             row["samples"] += decision.samples
@@ -198,6 +202,8 @@ def _history_row(keys: tuple[str, str], change: DecisionChange) -> HistoryRow:
         change.reason,
         change.version,
         at,
+        change.old_method,
+        change.new_method,
     )
 
 
@@ -219,17 +225,20 @@ def _int_query(request: web.Request, name: str, default: int, lo: int, hi: int) 
 
 async def add_override(request: web.Request) -> web.Response:
     body = parse_json(await request.read())
-    allowed = {"kind", "k", "ctx_bucket", "batch_bucket"}
+    allowed = {"kind", "k", "method", "ctx_bucket", "batch_bucket"}
     if set(body) - allowed:
         raise ApiError(400, f"unknown fields {sorted(set(body) - allowed)}; allowed: {sorted(allowed)}")
     for name in ("k", "ctx_bucket", "batch_bucket"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ApiError(400, f"{name} must be an integer", param=name)
+    method = body.get("method")
+    if method is not None and not isinstance(method, str):
+        raise ApiError(400, "method must be a string: one of the drafters loaded", param="method")
     controller = request.app[SERVICES].controller
     try:
         kind: Any = body.get("kind")
-        override = Override(kind, body.get("k"), body.get("ctx_bucket"), body.get("batch_bucket"))
+        override = Override(kind, body.get("k"), body.get("ctx_bucket"), body.get("batch_bucket"), method)
         operator.add_override(controller, override, reason=f"admin: {override.kind}")
     except ConfigError as exc:
         raise ApiError(400, str(exc)) from exc
@@ -265,7 +274,8 @@ async def page(request: web.Request) -> web.Response:
     head = "".join(f"<th>{html.escape(b.label)}</th>" for b in BATCH_BUCKETS if b.lo <= max_batch)
     rows: dict[int, list[str]] = {}
     for cell in published_cells(controller, request.app[CONFIG].engine.max_context, max_batch):
-        rows.setdefault(cell.ctx_bucket, []).append(_heat_cell(cell, thresholds.get(cell.ctx_bucket)))
+        named = len(controller.methods) > 1  # which drafter is worth a word only when there is a choice
+        rows.setdefault(cell.ctx_bucket, []).append(_heat_cell(cell, thresholds.get(cell.ctx_bucket), named))
     body = [
         f"<tr><th>{html.escape(CONTEXT_BUCKETS[ctx].label)}</th>{''.join(cells)}</tr>"
         for ctx, cells in sorted(rows.items())
@@ -280,22 +290,24 @@ async def page(request: web.Request) -> web.Response:
     return web.Response(text=document, content_type="text/html")
 
 
-def _heat_cell(cell: PublishedCell, threshold: int | None) -> str:
-    shade = 255 - min(cell.decided, 8) * 24
+def _heat_cell(cell: PublishedCell, threshold: int | None, named: bool) -> str:
+    decided, running = cell.decided, cell.running
+    shade = 255 - min(decided.k, 8) * 24
     classes = ["k", cell.source]
     if threshold == BATCH_BUCKETS[cell.batch_bucket].lo:
         classes.append("threshold")
-    note = f' title="exploring K={cell.running} this step"' if cell.exploring else ""
+    note = f' title="exploring {html.escape(str(running))} this step"' if cell.exploring else ""
     mark = "*" if cell.exploring else ""
     style = f"background:rgb({shade},{shade},255)"
-    return f'<td class="{" ".join(classes)}"{note} style="{style}">{cell.decided}{mark}</td>'
+    method = f"<br><small>{html.escape(decided.method)}</small>" if named and decided.k else ""
+    return f'<td class="{" ".join(classes)}"{note} style="{style}">{decided.k}{mark}{method}</td>'
 
 
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>adaptivespec</title><style>
 body{{font-family:sans-serif;margin:2em}} td,th{{padding:4px 8px;text-align:center;border:1px solid #ccc}}
 table{{border-collapse:collapse}} .threshold{{border-left:4px solid #d00}} .borrowed,.prior{{color:#999}}
 .override{{font-weight:bold;text-decoration:underline}} .fleet{{font-style:italic}}
-</style></head><body><h1>Learned draft length K</h1>
+</style></head><body><h1>Learned drafter and draft length K</h1>
 <p>{model} on {hardware}, policy version {version}. Rows: context length; columns: batch size.
 Darker = larger K; a red left border marks the learned threshold (speculation off from there on);
 grey numbers are buckets not measured yet, which borrow the nearest measured decision (or the

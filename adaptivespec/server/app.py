@@ -162,7 +162,9 @@ async def _learner(config: ServeConfig, runner: Runner, store: Store) -> tuple[C
     pooling = config.pools_with_fleet(store.engine.dialect.name)
     host_id = config.host_id or default_host_id(config.port)
     learning = LearningSettings().capped(runner.max_spec_tokens)
-    controller = Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=learning))
+    controller = Controller(
+        runner.model_key, runner.hardware_key, ControllerConfig(settings=learning), runner.methods
+    )
     saved = store.load(runner.model_key, runner.hardware_key)
     if saved is not None:
         persistence.restore(controller, saved, statistics=not pooling)  # applied before the first step

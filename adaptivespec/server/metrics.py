@@ -62,21 +62,27 @@ class Metrics:
         )
         self.catch_up_seconds = Counter(
             "adaptivespec:spec_decode_catch_up_seconds",
-            "Switch cost: seconds drafters spent catching up on steps they sat out at K = 0, "
-            "by the K that switched them back on (part of step_seconds).",
-            ["k"],
+            "Switch cost: seconds drafters spent catching up on steps they sat out (at K = 0, or "
+            "while another drafter ran), by the arm that switched them on (part of step_seconds).",
+            ["method", "k"],
             registry=r,
         )
         self.catch_up_tokens = Counter(
             "adaptivespec:spec_decode_catch_up_tokens",
-            "Tokens drafters caught up on after sitting out K = 0 steps, by the K that switched them on.",
-            ["k"],
+            "Tokens drafters caught up on after sitting out steps, by the arm that switched them on.",
+            ["method", "k"],
             registry=r,
         )
         self.k = Gauge(
             "adaptivespec:spec_k",
             "Decided K per bucket (the same as /admin/thresholds).",
             ["ctx_bucket", "batch_bucket"],
+            registry=r,
+        )
+        self.method = Gauge(
+            "adaptivespec:spec_method",
+            '1 for the drafter decided per bucket (method "" where the decision is K = 0).',
+            ["ctx_bucket", "batch_bucket", "method"],
             registry=r,
         )
         self.exploring = Gauge(
@@ -103,8 +109,9 @@ class Metrics:
             self.draft_tokens.inc(record.drafted)
             self.accepted_tokens.inc(record.accepted)
         if record.catch_up_tokens:
-            self.catch_up_seconds.labels(str(record.k)).inc(record.catch_up_seconds)
-            self.catch_up_tokens.labels(str(record.k)).inc(record.catch_up_tokens)
+            arm = (record.method, str(record.k))
+            self.catch_up_seconds.labels(*arm).inc(record.catch_up_seconds)
+            self.catch_up_tokens.labels(*arm).inc(record.catch_up_tokens)
 
     async def consume(self, subscription: Subscription) -> None:
         while True:
@@ -122,9 +129,11 @@ class Metrics:
         self.prefill_backlog.set(engine.scheduler.prefill_backlog)
         self.telemetry_dropped.set(engine.telemetry.dropped)
         self.policy_version.set(controller.live.snapshot.version)
+        self.method.clear()  # a bucket's drafter changed: its old series goes
         for cell in published_cells(controller, engine.config.max_context, engine.scheduler.max_batch):
             labels = (CONTEXT_BUCKETS[cell.ctx_bucket].label, BATCH_BUCKETS[cell.batch_bucket].label)
-            self.k.labels(*labels).set(cell.decided)
+            self.k.labels(*labels).set(cell.decided.k)
+            self.method.labels(*labels, cell.decided.method).set(1)
             self.exploring.labels(*labels).set(int(cell.exploring))
         if fleet is not None:
             self._fleet(fleet)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adaptivespec.controller.policy import SpecPolicy
+from adaptivespec.engine.spec_policy import SpecPolicy
 from adaptivespec.engine.telemetry import StepTelemetry, survival_counts
 from adaptivespec.sim.costmodel import StepCostModel
 from adaptivespec.sim.workload import Phase, Workload
@@ -34,6 +34,7 @@ class PhaseResult:
     tokens: int = 0
     seconds: float = 0.0
     k_counts: dict[int, int] = field(default_factory=dict)
+    arm_counts: dict[str, int] = field(default_factory=dict)  # steps per arm ("suffix:4", "off")
     itl_seconds: list[np.ndarray] = field(default_factory=list)  # per (row, step): step time / tokens
     itl_weights: list[np.ndarray] = field(default_factory=list)  # tokens behind each sample
     goodput_trace: list[float] = field(default_factory=list)  # tokens / second, per step

@@ -14,6 +14,7 @@ from adaptivespec.sim.loop import AcceptanceModel
 from adaptivespec.sim.workload import Workload
 
 _FILLER = [ord(c) for c in "simulated tokens "]
+SIM_METHOD = "draft"  # the one drafter the roofline prices
 
 
 class SimRunner:
@@ -24,6 +25,7 @@ class SimRunner:
         self.acceptance = AcceptanceModel(workload)
         self.max_batch = max_batch
         self.max_spec_tokens = max_spec_tokens
+        self.methods: tuple[str, ...] = (SIM_METHOD,) if max_spec_tokens > 0 else ()
         self.eos_token_ids: frozenset[int] = frozenset()
         self.vocab_rows = 256  # the simulator streams bytes (ByteTokenizer)
         draft = cost.draft.name if cost.draft is not None else "none"
@@ -47,7 +49,9 @@ class SimRunner:
         self.clock += seconds
         return PrefillOutput([_FILLER[0] if item.completes else None for item in items], seconds)
 
-    def decode(self, batch: int, k: int) -> DecodeOutput:
+    def decode(self, batch: int, k: int, method: str | None = None) -> DecodeOutput:
+        if method not in (None, SIM_METHOD):
+            raise ValueError(f"the simulator drafts only with {SIM_METHOD!r}, not {method!r}")
         k = min(k, self.max_spec_tokens)
         cost = self.cost.step(batch, k, float(self._context[:batch].sum()))
         accepted = AcceptanceModel.accepted(self._alpha[:batch], self._rng.random(batch), k)
@@ -61,6 +65,7 @@ class SimRunner:
             drafted=[k] * batch,
             accepted=accepted.tolist(),
             k=k,
+            method=SIM_METHOD if k > 0 else "",
             width=k,
             draft_seconds=cost.draft_seconds,
             verify_seconds=cost.verify_seconds,

@@ -5,17 +5,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from adaptivespec.controller import exports
+from adaptivespec.controller import exports, single_drafter
 from adaptivespec.controller.buckets import CONTEXT_BUCKETS, Bucket
 from adaptivespec.controller.exports import ExportError, KTable
+from adaptivespec.controller.single_drafter import LearnedRow
 from adaptivespec.store.db import StoreError, current_revision, make_engine, sqlite_path, upgrade
 from adaptivespec.store.fleet import FleetRepository
 from adaptivespec.store.integrity import damaged, sqlite_problems
 from adaptivespec.store.pooled_view import pooled_thresholds
 from adaptivespec.store.repository import Store, ThresholdRow
+
+
+@dataclass(frozen=True, slots=True)
+class Exportable:
+    """Tables to export, per context bucket, all running one drafter."""
+
+    tables: list[KTable]
+    model_key: str | None
+    drafter: str | None = None  # None: the model key's only one
+    notes: list[str] = field(default_factory=list)  # what choosing one drafter dropped
 
 
 def run(args: argparse.Namespace) -> None:
@@ -25,7 +36,7 @@ def run(args: argparse.Namespace) -> None:
 
 def run_thresholds(args: argparse.Namespace) -> None:
     if args.source is not None:
-        _export(args, *_table_of_report(args.source))
+        _export(args, _table_of_report(args.source))
         return
     store = Store(args.db, migrate=False)  # it only reads: never migrates what a daemon owns
     try:
@@ -33,7 +44,7 @@ def run_thresholds(args: argparse.Namespace) -> None:
     finally:
         store.close()
     if args.export is not None:
-        _export(args, *_tables_of_rows(args, rows))
+        _export(args, _tables_of_rows(args, rows))
         return
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
@@ -112,7 +123,7 @@ def run_fleet(args: argparse.Namespace) -> None:
         print(f"{model} on {hardware}: {len(steps)} {hosts_word}, {sum(steps)} steps")
 
 
-def _table_of_report(path: Path) -> tuple[list[KTable], str | None]:
+def _table_of_report(path: Path) -> Exportable:
     try:
         report = json.loads(path.read_text())
         k_by_bucket = report["policies"]["adaptive"]["k_by_bucket"]
@@ -121,10 +132,12 @@ def _table_of_report(path: Path) -> tuple[list[KTable], str | None]:
     whole = Bucket(1, CONTEXT_BUCKETS[-1].hi)  # the simulator has no context axis
     scenario = report.get("scenario")
     model_key = scenario.get("model_key") if isinstance(scenario, dict) else None
-    return [KTable.from_labels(whole, k_by_bucket)], model_key if isinstance(model_key, str) else None
+    return Exportable(
+        [KTable.from_labels(whole, k_by_bucket)], model_key if isinstance(model_key, str) else None
+    )
 
 
-def _tables_of_rows(args: argparse.Namespace, rows: list[ThresholdRow]) -> tuple[list[KTable], str]:
+def _tables_of_rows(args: argparse.Namespace, rows: list[ThresholdRow]) -> Exportable:
     chosen = [
         r
         for r in rows
@@ -137,26 +150,39 @@ def _tables_of_rows(args: argparse.Namespace, rows: list[ThresholdRow]) -> tuple
     if len(keys) > 1:
         listed = "; ".join(f"--model-key {m!r} --hardware-key {h!r}" for m, h in keys)
         raise ExportError(f"the database holds several tables; pick one: {listed}")
-    tables = [KTable.from_labels(exports.context_bucket_named(r.ctx_bucket), r.k_by_bucket) for r in chosen]
-    return tables, keys[0][0]
+    learned = [LearnedRow(r.k_by_bucket, r.method_by_bucket, _options(r)) for r in chosen]
+    drafter, k_tables, notes = single_drafter.one_drafter(learned)
+    tables = [
+        KTable.from_labels(exports.context_bucket_named(r.ctx_bucket), table)
+        for r, table in zip(chosen, k_tables, strict=True)
+    ]
+    return Exportable(tables, keys[0][0], drafter, notes)
 
 
-def _export(args: argparse.Namespace, tables: list[KTable], model_key: str | None) -> None:
+def _options(row: ThresholdRow) -> dict[str, dict[str, single_drafter.Option]]:
+    return {
+        label: {method: (int(k), float(goodput)) for method, (k, goodput) in options.items()}
+        for label, options in row.method_options.items()
+    }
+
+
+def _export(args: argparse.Namespace, learned: Exportable) -> None:
     fmt = args.export or "vllm"
+    tables, model_key, drafter = learned.tables, learned.model_key, learned.drafter
     if args.with_context:
         if fmt != "vllm":
             raise ExportError("--with-context is the vLLM five-item form; use it with --export vllm")
-        config, notes = exports.vllm_with_context(tables, model_key)
-        _print(config, notes)
+        config, notes = exports.vllm_with_context(tables, model_key, drafter)
+        _print(config, learned.notes + notes)
         return
     table = _one_context(args, tables)
     if fmt == "vllm":
-        config, notes = exports.vllm(table, model_key, args.vllm_field)
+        config, notes = exports.vllm(table, model_key, args.vllm_field, drafter)
     elif fmt == "trtllm":
         config, notes = exports.trtllm(table)
     else:
         config, notes = exports.sglang(table)
-    _print(config, notes)
+    _print(config, learned.notes + notes)
 
 
 def _print(config: dict[str, object], notes: list[str]) -> None:

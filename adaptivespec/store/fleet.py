@@ -100,8 +100,8 @@ class FleetRepository:
         that flushed in the last `live_seconds` are live: the view says how many, and where this
         host's id sorts among theirs."""
         a, p, h = FleetPooledArm, FleetPooledAcceptance, FleetHost
-        arm_sums = _of(select(a.ctx_bucket, a.batch_bucket, a.k, a.hosts, *_arm_sums(a)), a, key)
-        position_sums = _of(select(p.ctx_bucket, p.position, p.kept, p.at_risk), p, key)
+        arm_sums = _of(select(a.ctx_bucket, a.batch_bucket, a.method, a.k, a.hosts, *_arm_sums(a)), a, key)
+        position_sums = _of(select(p.ctx_bucket, p.method, p.position, p.kept, p.at_risk), p, key)
         live = h.last_flush_at >= self._now() - timedelta(seconds=live_seconds)
         host_counts = (  # other hosts; those of them live; those live whose ids sort before this one
             func.count(),
@@ -116,19 +116,19 @@ class FleetRepository:
             hosts, live_peers, live_before = session.execute(others).one()
         arms: dict[ArmKey, ArmTotals] = {}
         hosts_by_cell: dict[tuple[int, int], int] = {}
-        for ctx, batch, k, with_rows, steps, *sums in arm_rows:
-            summed, own = ArmTotals(int(steps), *sums), mine.arms.get((ctx, batch, k))
+        for ctx, batch, method, k, with_rows, steps, *sums in arm_rows:
+            summed, own = ArmTotals(int(steps), *sums), mine.arms.get((ctx, batch, method, k))
             theirs = summed.minus(own) if own is not None else summed
             their_hosts = with_rows - (own is not None)
             if theirs.steps > 0 and their_hosts > 0:
-                arms[(ctx, batch, k)] = theirs
+                arms[(ctx, batch, method, k)] = theirs
                 hosts_by_cell[(ctx, batch)] = max(hosts_by_cell.get((ctx, batch), 0), their_hosts)
         acceptance: dict[PositionKey, PositionTotals] = {}
-        for ctx, j, kept, at_risk in position_rows:
-            own_counts = mine.acceptance.get((ctx, j), PositionTotals())
+        for ctx, method, j, kept, at_risk in position_rows:
+            own_counts = mine.acceptance.get((ctx, method, j), PositionTotals())
             counts = PositionTotals(int(kept) - own_counts.kept, int(at_risk) - own_counts.at_risk)
             if counts.at_risk > 0:
-                acceptance[(ctx, j)] = counts
+                acceptance[(ctx, method, j)] = counts
         share = ProbeShare(rank=int(live_before), hosts=int(live_peers) + 1)
         return FleetView(FleetTotals(arms, acceptance), int(hosts), hosts_by_cell, share)
 
@@ -190,9 +190,9 @@ def _arm_rows(key: FleetKey, changes: FleetTotals, before: FleetTotals) -> tuple
     """The host's new absolute rows, and what each adds to the pooled sums (against `before`,
     what the database held, so a retry of a committed flush adds nothing)."""
     rows, sums = [], []
-    for (ctx, batch, k), totals in sorted(changes.arms.items()):
-        old = before.arms.get((ctx, batch, k))
-        cell: dict[str, object] = {"ctx_bucket": ctx, "batch_bucket": batch, "k": k}
+    for (ctx, batch, method, k), totals in sorted(changes.arms.items()):
+        old = before.arms.get((ctx, batch, method, k))
+        cell: dict[str, object] = {"ctx_bucket": ctx, "batch_bucket": batch, "method": method, "k": k}
         rows.append(_ids(key) | cell | _arm_columns(totals))
         added = totals.minus(old) if old is not None else totals
         sums.append(_ids(key, host=False) | cell | _arm_columns(added) | {"hosts": int(old is None)})
@@ -201,9 +201,9 @@ def _arm_rows(key: FleetKey, changes: FleetTotals, before: FleetTotals) -> tuple
 
 def _position_rows(key: FleetKey, changes: FleetTotals, before: FleetTotals) -> tuple[Rows, Rows]:
     rows, sums = [], []
-    for (ctx, j), counts in sorted(changes.acceptance.items()):
-        old = before.acceptance.get((ctx, j), PositionTotals())
-        cell: dict[str, object] = {"ctx_bucket": ctx, "position": j}
+    for (ctx, method, j), counts in sorted(changes.acceptance.items()):
+        old = before.acceptance.get((ctx, method, j), PositionTotals())
+        cell: dict[str, object] = {"ctx_bucket": ctx, "method": method, "position": j}
         rows.append(_ids(key) | cell | {"kept": counts.kept, "at_risk": counts.at_risk})
         added = {"kept": counts.kept - old.kept, "at_risk": counts.at_risk - old.at_risk}
         sums.append(_ids(key, host=False) | cell | added)
@@ -214,20 +214,20 @@ def _totals(session: Session, key: FleetKey, only: FleetTotals | None = None) ->
     """This host's rows (those of `only`'s keys, when given), read as plain rows: a flush reads
     what it is about to overwrite, and a refresh what it subtracts."""
     a, p = FleetArmTotal, FleetAcceptanceTotal
-    arm_query = _mine(select(a.ctx_bucket, a.batch_bucket, a.k, *_arm_sums(a)), a, key)
-    position_query = _mine(select(p.ctx_bucket, p.position, p.kept, p.at_risk), p, key)
+    arm_query = _mine(select(a.ctx_bucket, a.batch_bucket, a.method, a.k, *_arm_sums(a)), a, key)
+    position_query = _mine(select(p.ctx_bucket, p.method, p.position, p.kept, p.at_risk), p, key)
     if only is not None:
         arm_query = arm_query.where(
-            tuple_(a.ctx_bucket, a.batch_bucket, a.k).in_(list(only.arms) or [(-1, -1, -1)])
+            tuple_(a.ctx_bucket, a.batch_bucket, a.method, a.k).in_(list(only.arms) or [(-1, -1, "", -1)])
         )
         position_query = position_query.where(
-            tuple_(p.ctx_bucket, p.position).in_(list(only.acceptance) or [(-1, -1)])
+            tuple_(p.ctx_bucket, p.method, p.position).in_(list(only.acceptance) or [(-1, "", -1)])
         )
     return FleetTotals(
-        {(c, b, k): ArmTotals(int(n), *sums) for c, b, k, n, *sums in session.execute(arm_query)},
+        {(c, b, m, k): ArmTotals(int(n), *sums) for c, b, m, k, n, *sums in session.execute(arm_query)},
         {
-            (c, j): PositionTotals(int(kept), int(risk))
-            for c, j, kept, risk in session.execute(position_query)
+            (c, m, j): PositionTotals(int(kept), int(risk))
+            for c, m, j, kept, risk in session.execute(position_query)
         },
     )
 

@@ -43,6 +43,7 @@ class Decision(_Keyed, Base):
     ctx_bucket: Mapped[int] = mapped_column(Integer)
     batch_bucket: Mapped[int] = mapped_column(Integer)
     k: Mapped[int] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(64), server_default="")  # the drafter at k; "" at k = 0
     samples: Mapped[int] = mapped_column(Integer, server_default="0")
     confidence: Mapped[float] = mapped_column(Float, server_default="0")
     reward_scale: Mapped[float] = mapped_column(Float, server_default="0")
@@ -51,13 +52,16 @@ class Decision(_Keyed, Base):
 
 
 class ArmStat(_Keyed, Base):
-    """What one K measured in one cell: normalised goodput and step seconds (EW mean, variance)."""
+    """What one arm (drafter, K) measured in one cell: normalised goodput and step seconds."""
 
     __tablename__ = "arm_stats"
-    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "batch_bucket", "k"),)
+    __table_args__ = (
+        UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "batch_bucket", "method", "k"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     ctx_bucket: Mapped[int] = mapped_column(Integer)
     batch_bucket: Mapped[int] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(64), server_default="")
     k: Mapped[int] = mapped_column(Integer)
     reward_mean: Mapped[float] = mapped_column(Float)
     reward_var: Mapped[float] = mapped_column(Float)
@@ -69,9 +73,10 @@ class ArmStat(_Keyed, Base):
 
 class AcceptanceStat(_Keyed, Base):
     __tablename__ = "acceptance_stats"
-    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket"),)
+    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "method"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     ctx_bucket: Mapped[int] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(64), server_default="")  # whose drafts
     first_rate: Mapped[float] = mapped_column(Float)
     continuation_rate: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: = first_rate
     count: Mapped[int] = mapped_column(Integer)
@@ -86,6 +91,8 @@ class DecisionHistory(_Keyed, Base):
     batch_bucket: Mapped[int] = mapped_column(Integer)
     old_k: Mapped[int] = mapped_column(Integer)
     new_k: Mapped[int] = mapped_column(Integer)
+    old_method: Mapped[str] = mapped_column(String(64), server_default="")
+    new_method: Mapped[str] = mapped_column(String(64), server_default="")
     reason: Mapped[str] = mapped_column(String(512))
     policy_version: Mapped[int] = mapped_column(Integer, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -96,6 +103,7 @@ class OverrideRow(_Keyed, Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(String(32))
     k: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    method: Mapped[str | None] = mapped_column(String(64), nullable=True)
     ctx_bucket: Mapped[int | None] = mapped_column(Integer, nullable=True)
     batch_bucket: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -119,6 +127,7 @@ class FleetHost(_HostKeyed, Base):
 class _ArmTotals:
     ctx_bucket: Mapped[int] = mapped_column(Integer)
     batch_bucket: Mapped[int] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(64), server_default="")
     k: Mapped[int] = mapped_column(Integer)
     steps: Mapped[int] = mapped_column(BigInteger)
     reward_sum: Mapped[float] = mapped_column(Float)  # tokens per row per second
@@ -129,6 +138,7 @@ class _ArmTotals:
 
 class _PositionTotals:
     ctx_bucket: Mapped[int] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(64), server_default="")  # whose drafts
     position: Mapped[int] = mapped_column(Integer)  # draft j, from 1
     kept: Mapped[int] = mapped_column(BigInteger)  # rows that kept draft j
     at_risk: Mapped[int] = mapped_column(BigInteger)  # rows that kept draft j - 1 in steps drafting j
@@ -140,7 +150,7 @@ class FleetArmTotal(_ArmTotals, _HostKeyed, Base):
 
     __tablename__ = "fleet_arm_totals"
     __table_args__ = (
-        UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "batch_bucket", "k"),
+        UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "batch_bucket", "method", "k"),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
 
@@ -149,7 +159,9 @@ class FleetAcceptanceTotal(_PositionTotals, _HostKeyed, Base):
     """One host's cumulative draft survival counts at one draft position in one context bucket."""
 
     __tablename__ = "fleet_acceptance_totals"
-    __table_args__ = (UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "position"),)
+    __table_args__ = (
+        UniqueConstraint("host_id", "model_key", "hardware_key", "ctx_bucket", "method", "position"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
 
 
@@ -158,12 +170,14 @@ class FleetPooledArm(_ArmTotals, _Keyed, Base):
     same transaction as the rows it sums, so a refresh reads one row where it would sum N."""
 
     __tablename__ = "fleet_pooled_arms"
-    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "batch_bucket", "k"),)
+    __table_args__ = (
+        UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "batch_bucket", "method", "k"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     hosts: Mapped[int] = mapped_column(Integer)  # hosts with a row here
 
 
 class FleetPooledAcceptance(_PositionTotals, _Keyed, Base):
     __tablename__ = "fleet_pooled_acceptance"
-    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "position"),)
+    __table_args__ = (UniqueConstraint("model_key", "hardware_key", "ctx_bucket", "method", "position"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

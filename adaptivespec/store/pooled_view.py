@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from adaptivespec.controller.controller import CellDecision, Controller, ControllerConfig
+from adaptivespec.controller.controller import SIM_METHODS, CellDecision, Controller, ControllerConfig
 from adaptivespec.controller.fleet import fold
 from adaptivespec.store.fleet import FleetKey, FleetRepository
 from adaptivespec.store.repository import ThresholdRow
@@ -26,8 +26,10 @@ def pooled_thresholds(engine: Engine) -> list[ThresholdRow]:
     keys = sorted({(h.model_key, h.hardware_key) for h in hosts})
     rows: list[ThresholdRow] = []
     for model, hardware in keys:
-        controller = Controller(model, hardware, ControllerConfig())
-        fold(controller, repository.pooled(FleetKey(READER, model, hardware), live_seconds=EVERYONE))
+        view = repository.pooled(FleetKey(READER, model, hardware), live_seconds=EVERYONE)
+        named = sorted({method for (_, _, method, k) in view.totals.arms if k > 0 and method})
+        controller = Controller(model, hardware, ControllerConfig(), tuple(named) or SIM_METHODS)
+        fold(controller, view)
         updated = max(h.last_flush_at for h in hosts if (h.model_key, h.hardware_key) == (model, hardware))
         rows.extend(_rows(controller, updated))
     return rows
@@ -46,6 +48,14 @@ def _rows(controller: Controller, updated_at: str) -> list[ThresholdRow]:
             samples=sum(c.fleet_samples for c in cells),
             version=controller.version,
             updated_at=updated_at,
+            rewards={c.batch_bucket: _rewards(controller, (ctx, c.batch_bucket)) for c in cells},
         )
         for ctx, cells in sorted(by_ctx.items())
     ]
+
+
+def _rewards(controller: Controller, key: tuple[int, int]) -> dict[tuple[str, int], float]:
+    """Each measured arm's expected tokens per row per second in one cell."""
+    cell = controller.cells[key]
+    predicted = cell.predictions(controller.acceptance_of(key[0]))
+    return {(arm.method, arm.k): reward * cell.scale for arm, reward in predicted.items()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -15,6 +15,7 @@ from adaptivespec.controller.acceptance import AcceptanceRates
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, crossover
 from adaptivespec.controller.controller import DecisionChange
 from adaptivespec.controller.overrides import Override
+from adaptivespec.controller.single_drafter import Option, method_options
 from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
 from adaptivespec.store.db import StoreError, make_engine, require_current, upgrade
 from adaptivespec.store.models import (
@@ -39,6 +40,9 @@ class ThresholdRow:
     confidence: float  # the lowest confidence among the context bucket's cells
     policy_version: int
     updated_at: str
+    method_by_bucket: dict[str, str]  # the drafter at each bucket's K ("" at K = 0)
+    # Per batch bucket, each drafter measured there: its best K and that arm's tokens/s.
+    method_options: dict[str, dict[str, Option]]
 
     @classmethod
     def of(
@@ -50,8 +54,10 @@ class ThresholdRow:
         samples: int,
         version: int,
         updated_at: str,
+        rewards: Mapping[int, Mapping[tuple[str, int], float]],
     ) -> ThresholdRow:
-        """One context bucket's row from its cells' decisions (stored, or pooled from a fleet)."""
+        """One context bucket's row from its cells' decisions (stored, or pooled from a fleet), and
+        the measured goodput (tokens per row per second) of each cell's arms by batch bucket."""
         ordered = sorted(cells, key=lambda c: c.batch_bucket)
         return cls(
             *keys,
@@ -62,6 +68,13 @@ class ThresholdRow:
             confidence=min(c.confidence for c in ordered),
             policy_version=version,
             updated_at=updated_at,
+            method_by_bucket={BATCH_BUCKETS[c.batch_bucket].label: c.method for c in ordered},
+            method_options={
+                BATCH_BUCKETS[c.batch_bucket].label: method_options(
+                    rewards.get(c.batch_bucket, {}), BATCH_BUCKETS[c.batch_bucket]
+                )
+                for c in ordered
+            },
         )
 
 
@@ -70,6 +83,8 @@ class DecidedCell(Protocol):
     def batch_bucket(self) -> int: ...
     @property
     def k(self) -> int: ...
+    @property
+    def method(self) -> str: ...
     @property
     def confidence(self) -> float: ...
 
@@ -85,6 +100,8 @@ class HistoryRow:
     reason: str
     policy_version: int
     created_at: str
+    old_method: str  # the drafters of old_k and new_k ("" at K = 0)
+    new_method: str
 
 
 class Store:
@@ -124,13 +141,13 @@ class Store:
                 bool(policy.frozen),
                 self._cells(session, model_key, hardware_key),
                 tuple(
-                    AcceptanceState(r.ctx_bucket, _rates(r), r.count)
+                    AcceptanceState(r.ctx_bucket, _rates(r), r.count, r.method)
                     for r in session.scalars(
                         _keyed(select(AcceptanceStat), AcceptanceStat, model_key, hardware_key)
                     )
                 ),
                 tuple(
-                    Override(r.kind, r.k, r.ctx_bucket, r.batch_bucket)
+                    Override(r.kind, r.k, r.ctx_bucket, r.batch_bucket, r.method)
                     for r in session.scalars(
                         _keyed(select(OverrideRow), OverrideRow, model_key, hardware_key).order_by(
                             OverrideRow.id
@@ -152,7 +169,7 @@ class Store:
             rows = session.scalars(
                 _keyed(select(OverrideRow), OverrideRow, model_key, hardware_key).order_by(OverrideRow.id)
             )
-            overrides = tuple(Override(r.kind, r.k, r.ctx_bucket, r.batch_bucket) for r in rows)
+            overrides = tuple(Override(r.kind, r.k, r.ctx_bucket, r.batch_bucket, r.method) for r in rows)
         keys = (model_key, hardware_key)
         self._frozen[keys], self._overrides[keys] = bool(policy.frozen), overrides
         return bool(policy.frozen), overrides
@@ -183,6 +200,7 @@ class Store:
             arms.setdefault((r.ctx_bucket, r.batch_bucket), []).append(
                 ArmState(
                     r.k,
+                    r.method,
                     r.reward_mean,
                     r.reward_var,
                     r.reward_count,
@@ -200,6 +218,7 @@ class Store:
                 d.confidence,
                 d.reward_scale,
                 tuple(arms.get((d.ctx_bucket, d.batch_bucket), [])),
+                d.method,
             )
             for d in session.scalars(_keyed(select(Decision), Decision, model_key, hardware_key))
         )
@@ -228,6 +247,7 @@ class Store:
                     key
                     | {
                         "ctx_bucket": a.ctx_bucket,
+                        "method": a.method,
                         "first_rate": a.rates.first,
                         "continuation_rate": a.rates.continuation,
                         "count": a.count,
@@ -244,6 +264,7 @@ class Store:
                     hardware_key=keys[1],
                     kind=o.kind,
                     k=o.k,
+                    method=o.method,
                     ctx_bucket=o.ctx_bucket,
                     batch_bucket=o.batch_bucket,
                 )
@@ -257,6 +278,8 @@ class Store:
                     batch_bucket=h.batch_bucket,
                     old_k=h.old_k,
                     new_k=h.new_k,
+                    old_method=h.old_method,
+                    new_method=h.new_method,
                     reason=h.reason,
                     policy_version=h.version,
                     created_at=datetime.fromtimestamp(h.at, UTC),
@@ -275,9 +298,17 @@ class Store:
                     Decision.model_key, Decision.hardware_key, Decision.ctx_bucket, Decision.batch_bucket
                 )
             ).all()
+            arm_rows = session.scalars(select(ArmStat)).all()
         grouped: dict[tuple[str, str, int], list[Decision]] = {}
+        scale: dict[tuple[str, str, int, int], float] = {}
         for row in rows:
             grouped.setdefault((row.model_key, row.hardware_key, row.ctx_bucket), []).append(row)
+            scale[(row.model_key, row.hardware_key, row.ctx_bucket, row.batch_bucket)] = row.reward_scale
+        rewards: dict[tuple[str, str, int], dict[int, dict[tuple[str, int], float]]] = {}
+        for a in arm_rows:
+            cell_scale = scale.get((a.model_key, a.hardware_key, a.ctx_bucket, a.batch_bucket), 0.0)
+            by_batch = rewards.setdefault((a.model_key, a.hardware_key, a.ctx_bucket), {})
+            by_batch.setdefault(a.batch_bucket, {})[(a.method, a.k)] = a.reward_mean * cell_scale
         return [
             ThresholdRow.of(
                 (model, hardware),
@@ -286,6 +317,7 @@ class Store:
                 samples=sum(d.samples for d in cells),
                 version=versions.get((model, hardware), 0),
                 updated_at=max(d.updated_at for d in cells).isoformat(),
+                rewards=rewards.get((model, hardware, ctx), {}),
             )
             for (model, hardware, ctx), cells in grouped.items()
         ]
@@ -312,6 +344,8 @@ class Store:
                 r.reason,
                 r.policy_version,
                 r.created_at.isoformat(),
+                r.old_method,
+                r.new_method,
             )
             for r in rows
         ], total
@@ -322,6 +356,7 @@ def _decision(cell: CellState, version: int, now: datetime) -> dict[str, object]
         "ctx_bucket": cell.ctx_bucket,
         "batch_bucket": cell.batch_bucket,
         "k": cell.decided,
+        "method": cell.decided_method,
         "samples": cell.samples,
         "confidence": cell.confidence,
         "reward_scale": cell.reward_scale,

@@ -25,7 +25,8 @@ def test_the_pooled_oracle_is_scored_by_the_luck_that_picked_it_and_the_cross_fi
     # k1's one lucky repeat makes it the best arm pooled (20.7 vs 20.0 tokens/s) ...
     measurement = _measured({"k0": [20, 20, 20], "k1": [40, 10, 12]})
     pooled = PooledOracle.of(measurement, ARMS)
-    assert pooled.k_by_phase == [1] and pooled.tokens.sum() / pooled.seconds.sum() == pytest.approx(62 / 3)
+    assert [a.k for a in pooled.arm_by_phase] == [1]
+    assert pooled.tokens.sum() / pooled.seconds.sum() == pytest.approx(62 / 3)
     # ... but each repeat is scored by the K the others chose: k0 for the lucky one, k1 elsewhere.
     tokens, seconds = cross_fitted_oracle(measurement, ARMS)
     np.testing.assert_array_equal(tokens, [[20, 10, 12]])

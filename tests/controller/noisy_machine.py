@@ -1,13 +1,15 @@
 """A synthetic machine for controller tests: known step costs and acceptance, a shared CPU's
-stalls, and a drafter's catch-up after K = 0 steps. Seeded; no model, no clock."""
+stalls, and a drafter's catch-up after K = 0 steps. Seeded; no model, no clock. A run may have
+several drafters, each a `Machine` of its own (its acceptance and its draft cost)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from adaptivespec.controller.policy import SpecPolicy
+from adaptivespec.engine.spec_policy import SpecPolicy
 from adaptivespec.engine.telemetry import StepTelemetry, survival_counts
 
 ARMS = (0, 1, 2, 3, 4, 5, 6, 8)
@@ -39,28 +41,40 @@ class Machine:
 class Run:
     """Steps one policy on the machine at one batch size, as an engine would."""
 
-    def __init__(self, machine: Machine, batch: int, seed: int) -> None:
+    def __init__(
+        self, machine: Machine, batch: int, seed: int, drafters: Mapping[str, Machine] | None = None
+    ) -> None:
+        """`drafters`: by method, when the policy names them; `machine` is the default drafter
+        ("draft"), and its base cost and stalls are every step's."""
         self.machine = machine
+        self.drafters = {"draft": machine, **(drafters or {})}
         self.batch = batch
         self.rng = np.random.default_rng(seed)
-        self.idle = 0  # steps the drafter sat out
         self.tokens = 0
         self.seconds = 0.0
         self.ks: list[int] = []
+        self.methods: list[str] = []  # the drafter of each step ("" at K = 0)
+        self.missed: dict[str, int] = {}  # per drafter, the steps since it last drafted
 
     def step(self, policy: SpecPolicy) -> StepTelemetry:
-        m, rng = self.machine, self.rng
+        rng = self.rng
         k = policy.k_for(self.batch, 300)
+        method = (policy.method_for(self.batch, 300) or "draft") if k else ""
+        m = self.drafters[method or "draft"]
         accepted = [0] * self.batch
         if k:
             kept = rng.random((self.batch, k)) < m.alpha
             accepted = np.cumprod(kept, axis=1).sum(axis=1).tolist()
         seconds = m.seconds(k)
-        if rng.random() < m.stall_share:
-            seconds *= rng.uniform(*m.stall)
-        catch_up_tokens = self.batch * self.idle if k and self.idle > 1 else 0
+        if rng.random() < self.machine.stall_share:
+            seconds *= rng.uniform(*self.machine.stall)
+        missed = self.missed.get(method, 0) if k else 0  # steps since this drafter last drafted
+        catch_up_tokens = self.batch * missed if missed > 1 else 0
         catch_up = catch_up_tokens * m.catch_up_per_token
-        self.idle = 0 if k else self.idle + 1
+        self.missed = {name: self.missed.get(name, 0) + 1 for name in self.drafters}
+        if k:
+            self.missed[method] = 0
+        self.methods.append(method)
         emitted = sum(accepted) + self.batch
         self.tokens += emitted
         self.seconds += seconds + catch_up
@@ -68,7 +82,7 @@ class Run:
         return StepTelemetry(
             "m", "h", self.batch, k, 300.0, k * self.batch, sum(accepted), emitted,
             catch_up if k else 0.0, seconds, seconds + catch_up, 0.0, k,
-            survival_counts(accepted, k), catch_up_tokens, catch_up,
+            survival_counts(accepted, k), catch_up_tokens, catch_up, method,
         )  # fmt: skip
 
     @property

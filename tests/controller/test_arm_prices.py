@@ -1,9 +1,17 @@
+import pytest
+
 from adaptivespec.controller.arm_prices import LINE_SAMPLES, ArmPrices
+from adaptivespec.controller.arms import Arm, arm
 from adaptivespec.controller.robust_stat import RobustStat
 from adaptivespec.controller.step_costs import PRIOR_SLOPE
 
-ARMS = (0, 1, 2, 3, 4)
-TOKENS = {k: 1.0 + 0.6 * k for k in ARMS}  # enough to price; the shape does not matter here
+ARMS = tuple(arm("draft", k) for k in (0, 1, 2, 3, 4))
+TOKENS = {a: 1.0 + 0.6 * a.k for a in ARMS}  # enough to price; the shape does not matter here
+
+
+def _on(times: dict[int, RobustStat]) -> dict[Arm, RobustStat]:
+    """Step times by K, as one drafter's arms."""
+    return {arm("draft", k): stat for k, stat in times.items()}
 
 
 def _stat(seconds: float, steps: int) -> RobustStat:
@@ -14,7 +22,7 @@ def _stat(seconds: float, steps: int) -> RobustStat:
 
 
 def _prices(times: dict[int, RobustStat], tail: float = 0.1) -> ArmPrices:
-    return ArmPrices.of(ARMS, times, TOKENS, scale=1.0, window=19.0, tail=tail)
+    return ArmPrices.of(ARMS, _on(times), TOKENS, scale=1.0, window=19.0, tail=tail)
 
 
 def test_an_arm_measured_once_on_a_stalled_step_is_priced_near_its_neighbours_line() -> None:
@@ -22,21 +30,21 @@ def test_an_arm_measured_once_on_a_stalled_step_is_priced_near_its_neighbours_li
     times = {1: _stat(0.012, 20), 2: _stat(0.056, 1), 3: _stat(0.016, 20), 4: _stat(0.018, 20)}
     prices = _prices(times)
     expected = (1 * 0.056 + LINE_SAMPLES * 0.014) / (1 + LINE_SAMPLES)
-    assert abs(prices.seconds[2] - expected) < 1e-9
-    assert prices.support[2] == 1 + LINE_SAMPLES
+    assert abs(prices.seconds[ARMS[2]] - expected) < 1e-9
+    assert prices.support[ARMS[2]] == 1 + LINE_SAMPLES
 
 
 def test_the_line_never_makes_an_arm_dearer_than_its_own_steps() -> None:
     """K = 4's neighbours include a stalled single step, which tilts the line up."""
     times = {1: _stat(0.012, 20), 2: _stat(0.014, 20), 3: _stat(0.064, 1), 4: _stat(0.018, 6)}
-    assert _prices(times).seconds[4] == 0.018
+    assert _prices(times).seconds[ARMS[4]] == 0.018
 
 
 def test_well_measured_arms_keep_nearly_their_own_figure_and_k0_its_own() -> None:
     times = {0: _stat(0.020, 3), 1: _stat(0.012, 20), 2: _stat(0.013, 20), 3: _stat(0.016, 20)}
     prices = _prices(times)
-    assert prices.seconds[0] == 0.020  # a plain step: no drafter, no line
-    assert abs(prices.seconds[2] / 0.013 - 1) < 0.01
+    assert prices.seconds[ARMS[0]] == 0.020  # a plain step: no drafter, no line
+    assert abs(prices.seconds[ARMS[2]] / 0.013 - 1) < 0.01
 
 
 def test_a_noisy_machine_leaves_an_arm_measured_once_in_the_running() -> None:
@@ -45,6 +53,27 @@ def test_a_noisy_machine_leaves_an_arm_measured_once_in_the_running() -> None:
     quiet, noisy = _prices(times, tail=0.1), _prices(times, tail=2.0)
     quiet_bounds = quiet.optimistic(quiet.predicted())
     noisy_bounds = noisy.optimistic(noisy.predicted())
-    assert noisy_bounds[2] > quiet_bounds[2]
+    assert noisy_bounds[ARMS[2]] > quiet_bounds[ARMS[2]]
     # no cheaper than K = 1 plus half the prior slope (step_costs.py), at best
-    assert noisy_bounds[2] >= TOKENS[2] / (0.012 * (1 + 0.5 * PRIOR_SLOPE))
+    assert noisy_bounds[ARMS[2]] >= TOKENS[ARMS[2]] / (0.012 * (1 + 0.5 * PRIOR_SLOPE))
+
+
+def test_another_drafters_arms_draw_no_line_and_bound_nothing() -> None:
+    """A dear draft model beside cheap prompt lookup: lookup's once-stalled K = 2 is shrunk
+    towards lookup's own line only, and an unmeasured draft-model arm is bounded by the
+    draft model's own measurements (and by OFF), never by lookup's cheaper steps."""
+    lookup = {arm("ngram", k): _stat(0.010 + 0.001 * k, 20) for k in (1, 3, 4)}
+    lookup[arm("ngram", 2)] = _stat(0.040, 1)
+    model = {arm("draft", 1): _stat(0.030, 20)}
+    arms = (arm("", 0), *lookup, *model, arm("draft", 4))
+    tokens = {a: 1.0 + 0.6 * a.k for a in arms}
+    prices = ArmPrices.of(arms, lookup | model, tokens, scale=1.0, window=19.0, tail=0.1)
+    expected = (1 * 0.040 + LINE_SAMPLES * 0.012) / (1 + LINE_SAMPLES)
+    assert abs(prices.seconds[arm("ngram", 2)] - expected) < 1e-9
+    assert prices.seconds[arm("draft", 1)] == pytest.approx(0.030)  # one arm of its own: no line
+    bounds = prices.optimistic(prices.predicted())
+    # Beyond its one measured arm the draft model's bound rises from 30 ms, not from lookup's 10-14 ms.
+    assert bounds[arm("draft", 4)] <= tokens[arm("draft", 4)] / 0.030
+    assert bounds[arm("draft", 4)] < tokens[arm("draft", 4)] / 0.014
+    # OFF was never measured: the lowest bound either chain gives it (lookup's: 11 ms / 2).
+    assert bounds[arm("", 0)] > 1.0 / 0.011

@@ -9,6 +9,7 @@ import pytest
 
 from adaptivespec.bench.oracle import baseline_policies, oracle_from_sweep, ratio_to_oracle, summarise
 from adaptivespec.controller import operator
+from adaptivespec.controller.arms import arm
 from adaptivespec.controller.buckets import batch_bucket, context_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.learning_settings import LearningSettings
@@ -79,13 +80,13 @@ def test_overrides_apply_to_the_next_lookup() -> None:
     assert controller.live.k_for(8, 300) == 5
     assert controller.live.k_for(1, 300) == elsewhere  # a pin applies to its own cell only
     operator.set_overrides(controller, (Override("force_off"),))
-    assert all(k == 0 for row in controller.live.snapshot.table for k in row)
+    assert all(a.k == 0 for row in controller.live.snapshot.table for a in row)
     operator.set_overrides(controller, (Override("force_off"), Override("pin", 3, ctx, batch)))
     assert controller.live.k_for(8, 300) == 3  # the more specific override wins
     operator.set_overrides(controller, (Override("force_on"),))
-    assert all(k > 0 for row in controller.live.snapshot.table for k in row)
+    assert all(a.k > 0 for row in controller.live.snapshot.table for a in row)
     operator.set_overrides(controller, ())
-    assert controller.live.k_for(8, 300) == controller.cells[(ctx, batch)].running
+    assert controller.live.k_for(8, 300) == controller.cells[(ctx, batch)].running.k
 
 
 def test_freeze_stops_learning_and_reset_forgets() -> None:
@@ -163,10 +164,10 @@ def test_a_step_that_ran_plain_is_credited_to_the_k_that_was_chosen() -> None:
     plain = _record(k=8, width=0, drafted=0, accepted=0, emitted=8, kept_at_least=())
     assert controller.ingest(plain)
     cell = controller.cells[(context_bucket(300), batch_bucket(8))]
-    assert set(cell.seconds) == {8}
+    assert set(cell.seconds) == {arm("draft", 8)}
+    drafts = controller.acceptance["draft"]
     assert (
-        controller.acceptance.expected_tokens(context_bucket(300), 1)
-        < controller.acceptance.rates(context_bucket(300)).first + 1.0 + 1e-9
+        drafts.expected_tokens(context_bucket(300), 1) < drafts.rates(context_bucket(300)).first + 1.0 + 1e-9
     )
 
 
@@ -177,10 +178,10 @@ def test_arms_stop_at_the_runner_limit() -> None:
     controller = Controller("m", "h", ControllerConfig(settings=settings))
     loop = SimLoop(COST, Workload(acceptance_mean=0.85, load=LOAD[:2]), 3, "m", "h")
     loop.run(controller.live, on_step=controller.ingest)
-    assert {k for row in controller.live.snapshot.table for k in row} <= set(settings.arms)
+    assert {a.k for row in controller.live.snapshot.table for a in row} <= set(settings.arms)
     for cell in controller.cells.values():
-        assert set(cell.seconds) <= set(settings.arms)
-        assert set(cell.candidates) <= set(settings.arms)
+        assert {a.k for a in cell.seconds} <= set(settings.arms)
+        assert {a.k for a in cell.candidates} <= set(settings.arms)
     assert controller.live.k_for(1, 300) == 3  # high acceptance at batch 1: the largest K it may run
 
 

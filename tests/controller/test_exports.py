@@ -260,3 +260,15 @@ def test_the_cli_exports_a_bench_control_report(tmp_path: Path, capsys) -> None:
     (tmp_path / "bad.json").write_text("{}")
     assert main(["thresholds", "--from", str(tmp_path / "bad.json"), "--export", "vllm"]) == 2
     assert "not a `bench control` JSON report" in capsys.readouterr().err
+
+
+def test_a_drafter_in_the_model_key_gives_vllm_its_method() -> None:
+    key = "smollm2+ngram2-3,suffix:float32"
+    assert exports.method_keys(key, "ngram")[0] == {
+        "method": "ngram",
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 3,
+    }
+    assert exports.method_keys(key, "suffix")[0] == {"method": "suffix"}
+    assert exports.method_keys("smollm2+suffix:float32")[0] == {"method": "suffix"}
+    assert exports.method_keys(key)[0] == {}  # two drafters and none named: said, not guessed

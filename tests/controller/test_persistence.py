@@ -38,7 +38,8 @@ def test_every_flush_saves_each_cell_whose_statistics_changed(tmp_path: Path) ->
     for cell in saved.cells:
         live = controller.cells[(cell.ctx_bucket, cell.batch_bucket)]
         assert cell.samples == live.samples
-        assert {a.k: a.seconds_count for a in cell.arms} == {k: s.count for k, s in live.seconds.items()}
+        saved_arms = {(a.method, a.k): a.seconds_count for a in cell.arms}
+        assert saved_arms == {(a.method, a.k): s.count for a, s in live.seconds.items()}
     assert persistence.take_unsaved(controller).cells == frozenset()  # nothing new, nothing to write
 
 
@@ -67,7 +68,7 @@ def test_a_fresh_controller_lends_its_decisions_to_unvisited_cells() -> None:
     _run(controller, (Phase(1, 600),), acceptance=0.9)
     visited = sorted(ctx for (ctx, batch), cell in controller.cells.items() if batch == 0 and cell.samples)
     decided = {ctx: controller.cells[(ctx, 0)].decided for ctx in visited}
-    assert set(decided.values()) != {controller.start_k}  # the sim's decisions differ from the prior
+    assert set(decided.values()) != {controller.start_arm}  # the sim's decisions differ from the prior
     for ctx in visited:
         assert controller.live.snapshot.table[ctx][1] == decided[ctx]  # batch 2 was never visited
     far = max(visited) + 2  # a context never visited borrows from the nearest one that was

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from adaptivespec.controller.arms import Arm
 from adaptivespec.controller.buckets import batch_bucket
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.fleet import ArmTotals, FleetTotals, FleetView, Tally, fold
@@ -98,17 +99,19 @@ def repository(tmp_path: Path) -> Iterator[FleetRepository]:
 def test_hosts_meeting_a_new_cell_together_probe_different_arms(repository: FleetRepository) -> None:
     hosts = [Controller(MODEL, HARDWARE) for _ in range(4)]
     ks = _steps(hosts, steps=40, sync=4, repository=repository)
-    start = hosts[0].start_k
+    start = hosts[0].start_arm.k
     cell = _busiest(hosts[0])
-    shares = [host.share.turned(sum(cell)).probes(ARMS, ARMS, everyone=False) for host in hosts]
+    shares = [
+        _ks(host.share.turned(sum(cell)).probes(host.arms, host.arms, everyone=False)) for host in hosts
+    ]
     assert sorted(host.share.rank for host in hosts) == [0, 1, 2, 3]
     for h, seen in enumerate(ks):  # before the first refresh that shows the others' probes
         assert set(seen[:4]) <= {start, *shares[h]}, (h, seen[:4], shares[h])
     alone = _steps([Controller(MODEL, HARDWARE)], steps=40, sync=4, repository=None)[0]
     probes = [len(set(seen[:10]) - {start}) for seen in ks]
     assert max(probes) < len(set(alone[:10]) - {start}), (probes, alone[:10])
-    measured = set(hosts[0].cells[cell].times())
-    assert measured >= set(shares[1]) & set(hosts[0].cells[cell].candidates)  # its peers' share reached it
+    measured = _ks(hosts[0].cells[cell].times())
+    assert measured >= set(shares[1]) & _ks(hosts[0].cells[cell].candidates)  # its peers' share reached it
 
 
 def _busiest(controller: Controller) -> tuple[int, int]:
@@ -123,7 +126,8 @@ def _first_probe_outside_its_share(peers_in_cell: int) -> tuple[int, set[int]]:
     cells = [(ctx, batch_bucket(BATCH)) for ctx in (0, 1)]  # the load's contexts straddle 512
     start = ArmTotals()
     start.add(100.0, 0.01)
-    evidence = FleetTotals({(*cell, controller.start_k): start for cell in cells})
+    first_arm = controller.start_arm
+    evidence = FleetTotals({(*cell, first_arm.method, first_arm.k): start for cell in cells})
     view = FleetView(
         evidence, hosts=3, hosts_by_cell=dict.fromkeys(cells, peers_in_cell), share=ProbeShare(0, 4)
     )
@@ -140,9 +144,14 @@ def _first_probe_outside_its_share(peers_in_cell: int) -> tuple[int, set[int]]:
         controller.live, on_step=on_step
     )
     key = _busiest(controller)
-    mine = set(controller.share.turned(sum(key)).probes(ARMS, ARMS, everyone=False)) | {controller.start_k}
+    share = controller.share.turned(sum(key))
+    mine = _ks(share.probes(controller.arms, controller.arms, everyone=False)) | {first_arm.k}
     first = next(i for i, k in enumerate(seen) if k not in mine)
-    return first, set(controller.cells[key].times()) - mine
+    return first, _ks(controller.cells[key].times()) - mine
+
+
+def _ks(arms: Iterable[Arm]) -> set[int]:
+    return {a.k for a in arms}
 
 
 def test_a_host_alone_in_a_cell_waits_one_refresh_for_the_rest_and_a_host_with_peers_two() -> None:

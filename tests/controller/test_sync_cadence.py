@@ -36,7 +36,7 @@ def _fleet_measured(cell: tuple[int, int], steps: int) -> FleetView:
     arm = ArmTotals()
     for _ in range(steps):
         arm.add(200.0, 0.012)
-    return FleetView(FleetTotals({(*cell, 2): arm}), hosts=1, hosts_by_cell={cell: 1})
+    return FleetView(FleetTotals({(*cell, "draft", 2): arm}), hosts=1, hosts_by_cell={cell: 1})
 
 
 def test_a_host_syncs_fast_while_a_cell_it_steps_is_young_and_steadily_once_the_fleet_measured_it() -> None:

@@ -235,11 +235,11 @@ async def test_a_failing_step_fails_only_its_requests(tiny_pair: TinyPair, tiny_
     real = runner.decode
     calls = {"n": 0}
 
-    def flaky(batch: int, k: int) -> object:
+    def flaky(batch: int, k: int, method: str | None = None) -> object:
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("simulated kernel failure")
-        return real(batch, k)
+        return real(batch, k, method)
 
     runner.decode = flaky  # type: ignore[method-assign]
     try:

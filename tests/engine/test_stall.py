@@ -31,9 +31,9 @@ class BlockingRunner:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runner, name)
 
-    def decode(self, batch: int, k: int) -> DecodeOutput:
+    def decode(self, batch: int, k: int, method: str | None = None) -> DecodeOutput:
         self.gate.wait()
-        return self._runner.decode(batch, k)
+        return self._runner.decode(batch, k, method)
 
 
 async def test_a_blocked_step_stops_the_watchdog(tiny_pair: TinyPair, tiny_models: LoadedModels) -> None:

@@ -228,3 +228,28 @@ async def test_the_table_has_a_column_per_batch_bucket_the_engine_can_reach(
     page = await (await sim_client.get("/admin", headers=AUTH)).text()
     head = re.search(r"<tr><th>context \\ batch</th>(.*?)</tr>", page)
     assert head is not None and re.findall(r"<th>(.*?)</th>", head.group(1)) == reachable
+
+
+async def test_the_drafter_is_shown_and_pinned_beside_k(sim_client: TestClient[Any, Any]) -> None:
+    await _completion(sim_client, max_tokens=40)
+    rows = (await (await sim_client.get("/admin/thresholds", headers=AUTH)).json())["data"]
+    for row in rows:
+        for label, k in row["k_by_bucket"].items():
+            assert row["method_by_bucket"][label] == ("draft" if k else "")  # the simulator's one drafter
+    metrics = await (await sim_client.get("/metrics")).text()
+    decided = re.findall(
+        r'adaptivespec:spec_method\{batch_bucket="[^"]+",ctx_bucket="[^"]+",method="([^"]*)"\} 1', metrics
+    )
+    assert decided and set(decided) <= {"draft", ""}
+    pinned = await sim_client.post(
+        "/admin/overrides", json={"kind": "pin", "k": 3, "method": "draft", "batch_bucket": 0}, headers=AUTH
+    )
+    assert pinned.status == 200 and (await pinned.json())["overrides"][0]["method"] == "draft"
+    for body, problem in (
+        ({"kind": "pin", "k": 3, "method": "suffix"}, "drafters loaded"),
+        ({"kind": "pin", "k": 3, "method": 5}, "method must be a string"),
+        ({"kind": "pin", "k": 0, "method": "draft"}, "needs k > 0"),
+        ({"kind": "force_on", "method": "draft"}, "takes no k and no method"),
+    ):
+        refused = await sim_client.post("/admin/overrides", json=body, headers=AUTH)
+        assert refused.status == 400 and problem in (await refused.json())["error"]["message"], body

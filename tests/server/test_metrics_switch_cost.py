@@ -5,16 +5,18 @@ from prometheus_client import generate_latest
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.server.metrics import Metrics
 
-STEP = StepTelemetry("m", "h", 8, 2, 300.0, 16, 10, 18, 0.004, 0.01, 0.014, 0.0, 2, (6, 4))
+STEP = StepTelemetry("m", "h", 8, 2, 300.0, 16, 10, 18, 0.004, 0.01, 0.014, 0.0, 2, (6, 4), method="draft")
 
 
-def test_a_switch_back_on_shows_its_catch_up_by_k() -> None:
+def test_a_switch_shows_its_catch_up_by_the_arm_that_made_it() -> None:
     metrics = Metrics()
     metrics.observe(STEP)  # a drafting step in step with its drafter: no switch cost
     assert "catch_up_seconds_total{" not in generate_latest(metrics.registry).decode()
     metrics.observe(replace(STEP, catch_up_tokens=40, catch_up_seconds=0.003))
     metrics.observe(replace(STEP, k=4, catch_up_tokens=8, catch_up_seconds=0.001))
+    metrics.observe(replace(STEP, method="eagle3", catch_up_tokens=5, catch_up_seconds=0.002))
     text = generate_latest(metrics.registry).decode()
-    assert 'adaptivespec:spec_decode_catch_up_seconds_total{k="2"} 0.003' in text
-    assert 'adaptivespec:spec_decode_catch_up_tokens_total{k="2"} 40.0' in text
-    assert 'adaptivespec:spec_decode_catch_up_tokens_total{k="4"} 8.0' in text
+    assert 'adaptivespec:spec_decode_catch_up_seconds_total{k="2",method="draft"} 0.003' in text
+    assert 'adaptivespec:spec_decode_catch_up_tokens_total{k="2",method="draft"} 40.0' in text
+    assert 'adaptivespec:spec_decode_catch_up_tokens_total{k="4",method="draft"} 8.0' in text
+    assert 'adaptivespec:spec_decode_catch_up_tokens_total{k="2",method="eagle3"} 5.0' in text

@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from adaptivespec.cli import main
 from adaptivespec.controller import operator, persistence
+from adaptivespec.controller.arms import arm
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.state import ControllerState
@@ -25,6 +26,8 @@ from adaptivespec.sim.loop import SimLoop
 from adaptivespec.sim.workload import Phase, Workload
 from adaptivespec.store.db import StoreError, current_revision, make_engine, upgrade
 from adaptivespec.store.repository import Store
+
+from ..controller.noisy_machine import Machine, Run
 
 COST = StepCostModel(specs.hardware("h100-sxm"), specs.model("llama-3.1-8b"), specs.model("llama-3.2-1b"))
 
@@ -47,7 +50,7 @@ def test_migrations_from_empty_and_from_the_previous_revision(tmp_path: Path) ->
                 "confidence, policy_version) VALUES ('m', 'h', 1, 2, 3, 10, 0.5, 7)"
             )
         )
-    assert upgrade(engine) == "0004"
+    assert upgrade(engine) == "0005"
     with engine.connect() as connection:
         row = connection.execute(text("SELECT k, samples, reward_scale FROM decisions")).one()
         assert tuple(row) == (3, 10, 0.0)
@@ -105,7 +108,7 @@ def test_thresholds_command_reads_the_store(tmp_path: Path, capsys: pytest.Captu
     )
     assert {"confidence", "policy_version", "updated_at"} <= rows[0].keys()
     assert main(["db", "current", "--db", url]) == 0
-    assert "0004" in capsys.readouterr().out
+    assert "0005" in capsys.readouterr().out
 
 
 WRITER = textwrap.dedent(
@@ -153,7 +156,7 @@ def test_sigkill_mid_writes_keeps_every_committed_decision(tmp_path: Path) -> No
     with sqlite3.connect(tmp_path / "e.db") as raw:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     engine = make_engine(url)
-    assert current_revision(engine) == "0004"
+    assert current_revision(engine) == "0005"
     store = Store(url)
     saved = store.load("pair", "crash")
     assert saved is not None and saved.version >= committed[-1]
@@ -194,8 +197,8 @@ def test_the_acceptance_curve_survives_a_restart(tmp_path: Path) -> None:
     assert saved is not None
     persistence.restore(restored, saved)
     for ctx, _ in {key for key in learned.cells}:
-        if learned.acceptance.rows(ctx) >= 100:
-            got, want = restored.acceptance.rates(ctx), learned.acceptance.rates(ctx)
+        if learned.acceptance["draft"].rows(ctx) >= 100:
+            got, want = restored.acceptance["draft"].rates(ctx), learned.acceptance["draft"].rates(ctx)
             assert (got.first, got.continuation) == pytest.approx((want.first, want.continuation), rel=1e-6)
 
 
@@ -204,7 +207,7 @@ def test_a_percent_sign_in_the_url_reaches_the_database(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/50%off.db"
     Store(url).close()
     assert (tmp_path / "50%off.db").is_file()
-    assert current_revision(make_engine(url)) == "0004"
+    assert current_revision(make_engine(url)) == "0005"
 
 
 def test_concurrent_writers_of_one_key_never_collide(tmp_path: Path) -> None:
@@ -281,4 +284,74 @@ def test_daemons_starting_at_once_on_one_sqlite_file_migrate_in_turn(tmp_path: P
     for thread in threads:
         thread.join()
     assert errors == []
-    assert current_revision(make_engine(url)) == "0004"
+    assert current_revision(make_engine(url)) == "0005"
+
+
+def _two_drafters() -> Controller:
+    """A controller that learned over two drafters: one pays at small batch, none at large."""
+    controller = Controller("pair", "sim:two", methods=("ngram", "suffix"))
+    drafters = {"ngram": Machine(slope=0.06, alpha=0.45), "suffix": Machine(slope=0.06, alpha=0.85)}
+    for batch in (1, 64):
+        run = Run(drafters["ngram"], batch, seed=batch, drafters=drafters)
+        for _ in range(200):
+            controller.ingest(run.step(controller.live))
+    return controller
+
+
+def test_arms_keep_their_drafter_through_a_restart(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/d.db")
+    learned = _two_drafters()
+    store.save(persistence.export_state(learned), list(learned.history))
+    resumed = Controller("pair", "sim:two", methods=("ngram", "suffix"))
+    saved = store.load("pair", "sim:two")
+    assert saved is not None
+    persistence.restore(resumed, saved)
+    assert {(d.ctx_bucket, d.batch_bucket, d.method, d.k) for d in resumed.decisions()} == {
+        (d.ctx_bucket, d.batch_bucket, d.method, d.k) for d in learned.decisions()
+    }
+    assert "suffix" in {d.method for d in resumed.decisions()}
+    for key, cell in learned.cells.items():
+        assert resumed.cells[key].seconds.keys() == cell.seconds.keys()  # every (drafter, K) measured
+        assert resumed.live.snapshot.table[key[0]][key[1]] == cell.decided
+    assert resumed.acceptance["suffix"].rates(0).first > resumed.acceptance["ngram"].rates(0).first
+    history, _ = store.history("pair", "sim:two")
+    assert any(row.new_method == "suffix" for row in history)
+    (row,) = [r for r in store.thresholds() if r.model_key == "pair"]
+    assert "suffix" in row.method_by_bucket.values() and row.method_options
+
+
+def test_rows_saved_before_drafters_were_named_are_the_first_drafters(tmp_path: Path) -> None:
+    """Revision 0004's rows have no method: a model key names one set of drafters, and such a
+    key had one, so its K > 0 rows are the first drafter's."""
+    url = f"sqlite:///{tmp_path}/old.db"
+    engine = make_engine(url)
+    upgrade(engine, "0004")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO policy_state (model_key, hardware_key, version, frozen, updated_at) "
+                "VALUES ('m+ngram2-3:float32', 'h', 3, 0, '2026-11-30 00:00:00')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO decisions (model_key, hardware_key, ctx_bucket, batch_bucket, k, samples, "
+                "confidence, policy_version, reward_scale) "
+                "VALUES ('m+ngram2-3:float32', 'h', 0, 0, 3, 10, 0.5, 3, 1.0)"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO arm_stats (model_key, hardware_key, ctx_bucket, batch_bucket, k, reward_mean, "
+                "reward_var, reward_count, seconds_mean, seconds_var, seconds_count) "
+                "VALUES ('m+ngram2-3:float32', 'h', 0, 0, 3, 1.0, 0.01, 10, 0.02, 0.0001, 10)"
+            )
+        )
+    engine.dispose()
+    store = Store(url)
+    saved = store.load("m+ngram2-3:float32", "h")
+    assert saved is not None
+    controller = Controller("m+ngram2-3:float32", "h", methods=("ngram",))
+    persistence.restore(controller, saved)
+    assert controller.live.k_for(1, 100) == 3 and controller.live.method_for(1, 100) == "ngram"
+    assert set(controller.cells[(0, 0)].seconds) == {arm("ngram", 3)}

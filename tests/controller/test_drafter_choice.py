@@ -1,0 +1,75 @@
+"""The controller chooses the drafter as well as K: arms are (drafter, K), speculation off one
+of them, over every drafter the runner loaded."""
+
+from __future__ import annotations
+
+import statistics
+
+from adaptivespec.controller.arms import OFF, arm, arm_space, distance
+from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.policy import FixedK
+
+from .noisy_machine import Machine, Run
+
+STEPS = 500
+# Prompt lookup: a cheap drafter that is often wrong; a draft model: dearer, right more often.
+LOOKUP = Machine(slope=0.06, alpha=0.45)
+MODEL = Machine(slope=0.30, alpha=0.85)
+
+
+def _learn(drafters: dict[str, Machine], seed: int, stall_share: float = 0.0) -> tuple[Controller, Run]:
+    first = next(iter(drafters.values()))
+    default = Machine(first.base, first.slope, first.alpha, stall_share=stall_share)
+    controller = Controller("m", "h", methods=tuple(drafters))
+    run = Run(default, 4, seed, drafters={**drafters, next(iter(drafters)): default})
+    for _ in range(STEPS):
+        assert controller.ingest(run.step(controller.live))
+    return controller, run
+
+
+def _best_static(drafters: dict[str, Machine]) -> tuple[str, int, float]:
+    """The best (drafter, K) by expected goodput, and that goodput."""
+    return max(
+        ((name, k, m.goodput(k)) for name, m in drafters.items() for k in (0, 1, 2, 3, 4, 5, 6, 8)),
+        key=lambda option: option[2],
+    )
+
+
+def test_the_arms_are_off_then_each_drafters_k() -> None:
+    arms = arm_space(("ngram", "suffix"), (0, 1, 2))
+    assert arms == (OFF, arm("ngram", 1), arm("ngram", 2), arm("suffix", 1), arm("suffix", 2))
+    assert arm("suffix", 0) == OFF and str(arm("suffix", 4)) == "suffix:4" and str(OFF) == "off"
+    assert distance(arm("ngram", 4), arm("suffix", 4)) == 1 and distance(OFF, arm("suffix", 3)) == 3
+
+
+def test_it_learns_which_drafter_pays_whichever_is_listed_first() -> None:
+    """Over 10 seeds each way round: the decision is the better drafter, and the run keeps
+    within 7% of the best (drafter, K) run alone from the first step (exploration included)."""
+    for drafters in ({"ngram": LOOKUP, "draft": MODEL}, {"draft": MODEL, "ngram": LOOKUP}):
+        best_method, best_k, _ = _best_static(drafters)
+        ratios = []
+        for seed in range(10):
+            controller, run = _learn(drafters, seed)
+            assert controller.decisions()[0].method == best_method, (seed, controller.decisions())
+            fixed = Run(drafters[best_method], 4, seed)
+            for _ in range(STEPS):
+                fixed.step(FixedK(best_k, None if best_method == "draft" else best_method))
+            ratios.append(run.goodput / fixed.goodput)
+            late = run.methods[-200:]
+            assert late.count(best_method) >= 0.9 * len(late)  # exploring the other drafter stays cheap
+        assert statistics.median(ratios) >= 0.93, ratios
+
+
+def test_where_neither_drafter_pays_it_runs_off() -> None:
+    costly = {"ngram": Machine(slope=0.6, alpha=0.2), "draft": Machine(slope=0.9, alpha=0.3)}
+    controller, run = _learn(costly, seed=0)
+    assert controller.decisions()[0].k == 0 and controller.decisions()[0].method == ""
+    assert run.ks[-100:].count(0) >= 90
+    assert controller.live.method_for(4, 300) is None and controller.live.k_for(4, 300) == 0
+
+
+def test_each_drafter_keeps_its_own_acceptance() -> None:
+    controller, _ = _learn({"ngram": LOOKUP, "draft": MODEL}, seed=3)
+    ctx = 0
+    ngram, draft = controller.acceptance["ngram"], controller.acceptance["draft"]
+    assert draft.rates(ctx).first > ngram.rates(ctx).first + 0.2
