@@ -26,7 +26,8 @@ PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at b
 # Standard errors above each position's rate in the optimistic curve (`hoped_tokens`): what a
 # drafter measured on a few rows may yet keep. With one drafter every drafting step measures
 # it; with several, a drafter is measured only when it runs, so its first steps would otherwise
-# price it by the prior and rule it out unseen.
+# price it by the prior and rule it out unseen. The error counts measured rows only: the prior
+# is a guess, not evidence, and a drafter never measured may keep anything.
 HOPE_Z = 1.0
 
 
@@ -99,9 +100,8 @@ class AcceptanceEstimator:
         for j in range(1, self.positions + 1):
             prior = rates.first if j == 1 else rates.continuation
             kept, at_risk = self._counts(ctx, j)
-            rows = at_risk + PRIOR_ROWS
-            rate = (kept + PRIOR_ROWS * prior) / rows
-            survival *= min(1.0, rate + z * (rate * (1 - rate) / rows) ** 0.5)
+            rate = (kept + PRIOR_ROWS * prior) / (at_risk + PRIOR_ROWS)
+            survival *= min(1.0, rate + z * (rate * (1 - rate) / (at_risk + 1)) ** 0.5)
             expected.append(expected[-1] + survival)
         return expected
 
