@@ -27,6 +27,7 @@ from adaptivespec.engine.suffix_proposer import suffix_available
 from adaptivespec.engine.telemetry import StepTelemetry
 
 from ..conftest import TinyPair, engine_config
+from .drafting import staggered
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\ndef add(a, b):\n",
@@ -76,17 +77,8 @@ async def _serve(
     subscription = engine.telemetry.subscribe(100_000)
     learning = asyncio.create_task(run_controller(controller, engine.telemetry.subscribe()))
     await engine.start()
-    done: list[Completion] = []
     try:
-        for _ in range(2):
-            tasks = []
-            for i, prompt in enumerate(PROMPTS):
-                tasks.append(asyncio.create_task(engine.generate(prompt, _params(sampled, i))))
-                if i % 2 == 1:
-                    target = engine.steps + 2
-                    while engine.steps < target:
-                        await asyncio.sleep(0.001)
-            done.extend(await asyncio.gather(*tasks))
+        done = await staggered(engine, PROMPTS, lambda i: _params(sampled, i), group=2, rounds=2)
     finally:
         await engine.stop()
         learning.cancel()

@@ -22,7 +22,7 @@ from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
 
 from ..conftest import TinyPair, engine_config
-from .drafting import greedy, rows_of
+from .drafting import greedy, rows_of, staggered
 
 if not suffix_available():
     if os.environ.get("ADAPTIVESPEC_REQUIRE_SUFFIX"):
@@ -54,21 +54,12 @@ async def _serve(
     loaded = load_runner(config, progress=False)
     engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
     await engine.start()
-    done: list[Completion] = []
     try:
-        for _ in range(rounds):
-            tasks = []
-            for i, prompt in enumerate(PROMPTS):
-                params = _sampled(i) if sampled else GREEDY
-                tasks.append(asyncio.create_task(engine.generate(prompt, params)))
-                if i % 3 == 2:
-                    target = engine.steps + 2
-                    while engine.steps < target:
-                        await asyncio.sleep(0.001)
-            done.extend(await asyncio.gather(*tasks))
+        return await staggered(
+            engine, PROMPTS, lambda i: _sampled(i) if sampled else GREEDY, group=3, rounds=rounds
+        )
     finally:
         await engine.stop()
-    return done
 
 
 @pytest.fixture(scope="module")
