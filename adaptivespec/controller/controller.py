@@ -2,9 +2,9 @@
 
 `ingest` is synchronous and cheap (tens of microseconds): it validates a record, updates
 its drafter's acceptance estimate, the machine's stall tail and the cell's step costs, and
-publishes a new snapshot when the arm of a cell changes. Around it, each in its own module: what is published
-(`publication`), what cells borrow from their neighbours (`neighbours`), operator controls
-(`operator`), persistence (`persistence`) and the asyncio task (`task`).
+publishes a new snapshot when the arm of a cell changes. Around it, each in its own module:
+what is published (`publication`), what cells borrow from their neighbours (`neighbours`),
+operator controls (`operator`), persistence (`persistence`) and the asyncio task (`task`).
 """
 
 from __future__ import annotations

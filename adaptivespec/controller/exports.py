@@ -96,8 +96,7 @@ class KTable:
 def method_keys(model_key: str | None, method: str | None = None) -> tuple[dict[str, object], list[str]]:
     """vLLM's `method` and its keys for a drafter named in a model key (target+drafters:dtype,
     the drafters comma-separated); `method` picks one where the key names several."""
-    named = model_key.split("+", 1)[1].rsplit(":", 1)[0] if model_key and "+" in model_key else ""
-    proposers = [p for p in named.split(",") if p]
+    proposers = _proposers(model_key)
     if method is not None:
         proposers = [p for p in proposers if _method_of(p) == method]
     proposer = proposers[0] if len(proposers) == 1 else None
@@ -115,6 +114,16 @@ def method_keys(model_key: str | None, method: str | None = None) -> tuple[dict[
         note = f'the draft model is named {proposer!r} here: set "model" to its path or hub id'
         return {"method": "draft_model", "model": proposer}, [note]
     return {}, ['the proposer is unknown: add "method" (and its keys) beside the schedule']
+
+
+def drafters_in(model_key: str | None) -> tuple[str, ...]:
+    """The drafters (by method) a model key names, in its order; () when it names none."""
+    return tuple(_method_of(p) for p in _proposers(model_key))
+
+
+def _proposers(model_key: str | None) -> list[str]:
+    named = model_key.split("+", 1)[1].rsplit(":", 1)[0] if model_key and "+" in model_key else ""
+    return [p for p in named.split(",") if p]
 
 
 def _method_of(proposer: str) -> str:

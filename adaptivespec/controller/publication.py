@@ -1,8 +1,8 @@
 """What the controller publishes: the arm the engine runs per cell, and the decisions operators see.
 
 Two answers exist per cell, and both are named:
-- the *decision*: the best measured arm (drafter and K), with hysteresis, after overrides. The admin page, the
-  admin API, `thresholds`, the store and the metrics all show this one.
+- the *decision*: the best measured arm (drafter and K), with hysteresis, after overrides.
+  The admin page, the admin API, `thresholds`, the store and the metrics all show this one.
 - the *running* arm: what the engine runs at that cell's next step. It is the decision, except
   during an exploration step, when the bandit tries another arm to measure it. The engine's
   snapshot holds this one; operators see it only as "exploring".

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
+from adaptivespec.controller import exports
 from adaptivespec.controller.controller import SIM_METHODS, CellDecision, Controller, ControllerConfig
 from adaptivespec.controller.fleet import fold
 from adaptivespec.store.fleet import FleetKey, FleetRepository
@@ -27,8 +28,10 @@ def pooled_thresholds(engine: Engine) -> list[ThresholdRow]:
     rows: list[ThresholdRow] = []
     for model, hardware in keys:
         view = repository.pooled(FleetKey(READER, model, hardware), live_seconds=EVERYONE)
+        # The drafters as the model key names them (the runner's order), else as the rows do.
         named = sorted({method for (_, _, method, k) in view.totals.arms if k > 0 and method})
-        controller = Controller(model, hardware, ControllerConfig(), tuple(named) or SIM_METHODS)
+        methods = exports.drafters_in(model) or tuple(named) or SIM_METHODS
+        controller = Controller(model, hardware, ControllerConfig(), methods)
         fold(controller, view)
         updated = max(h.last_flush_at for h in hosts if (h.model_key, h.hardware_key) == (model, hardware))
         rows.extend(_rows(controller, updated))

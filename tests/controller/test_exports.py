@@ -272,3 +272,5 @@ def test_a_drafter_in_the_model_key_gives_vllm_its_method() -> None:
     assert exports.method_keys(key, "suffix")[0] == {"method": "suffix"}
     assert exports.method_keys("smollm2+suffix:float32")[0] == {"method": "suffix"}
     assert exports.method_keys(key)[0] == {}  # two drafters and none named: said, not guessed
+    assert exports.drafters_in(key) == ("ngram", "suffix") and exports.drafters_in("pair") == ()
+    assert exports.drafters_in("demo+demo-draft:bfloat16") == ("draft",)
