@@ -57,6 +57,8 @@ def run_thresholds(args: argparse.Namespace) -> None:
         threshold = r.threshold if r.threshold is not None else "none (speculation paid at every batch seen)"
         print(f"  threshold: {threshold}")
         print(f"  K by batch bucket: {r.k_by_bucket}")
+        if any(r.method_by_bucket.values()):
+            print(f"  drafter by batch bucket: {r.method_by_bucket}")
         print(f"  samples {r.samples}, confidence {r.confidence:.2f}, policy version {r.policy_version}")
         print(f"  updated {r.updated_at}")
 

@@ -298,7 +298,9 @@ def _two_drafters() -> Controller:
     return controller
 
 
-def test_arms_keep_their_drafter_through_a_restart(tmp_path: Path) -> None:
+def test_arms_keep_their_drafter_through_a_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = Store(f"sqlite:///{tmp_path}/d.db")
     learned = _two_drafters()
     store.save(persistence.export_state(learned), list(learned.history))
@@ -318,6 +320,9 @@ def test_arms_keep_their_drafter_through_a_restart(tmp_path: Path) -> None:
     assert any(row.new_method == "suffix" for row in history)
     (row,) = [r for r in store.thresholds() if r.model_key == "pair"]
     assert "suffix" in row.method_by_bucket.values() and row.method_options
+    store.close()
+    assert main(["thresholds", "--db", f"sqlite:///{tmp_path}/d.db"]) == 0
+    assert "drafter by batch bucket" in capsys.readouterr().out
 
 
 def test_rows_saved_before_drafters_were_named_are_the_first_drafters(tmp_path: Path) -> None:
