@@ -3,9 +3,9 @@ the learners, with the names the report uses for them.
 
 With one drafter the sweep is k0..k8, as it always was. With several, every (drafter, K) arm is
 a fixed contender ("suffix-k4"; static tables name no drafter, run the first, and pool with its
-arms: `arm_of`), and each drafter also gets an adaptive controller of its own
-("adaptive-suffix"): the best single-drafter adaptive policy is what choosing the drafter must
-beat.
+arms in the oracle's grouping, `hf_control._fixed_groups`), and each drafter also gets an
+adaptive controller of its own ("adaptive-suffix"): the best single-drafter adaptive policy is
+what choosing the drafter must beat.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from adaptivespec.bench import learners
 from adaptivespec.bench.interleaved import Contender
 from adaptivespec.bench.oracle import ORACLE_ARMS, baseline_policies
-from adaptivespec.controller.arms import Arm, arm, arm_space
+from adaptivespec.controller.arms import Arm, arm_space
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.policy import FixedK
 from adaptivespec.store.repository import Store
@@ -28,12 +28,6 @@ class Lineup:
     methods: tuple[str, ...]  # the runner's drafters, its default first
     sweep: dict[str, Arm]  # the fixed (drafter, K) contenders by name
     learners: list[str]  # "adaptive", "plain-ucb", and with several drafters "adaptive-<drafter>"
-
-    def arm_of(self, contender: Contender, batch: int) -> Arm:
-        """The arm a fixed contender runs at a batch size (a policy naming no drafter runs the first)."""
-        k = contender.policy.k_for(batch, 0)
-        method = contender.policy.method_for(batch, 0) or (self.methods[0] if self.methods else "")
-        return arm(method, k)
 
     @property
     def single_drafter_learners(self) -> list[str]:

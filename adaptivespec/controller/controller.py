@@ -109,8 +109,7 @@ class Controller:
         if self.frozen:
             return True
         key = (context_bucket(int(record.mean_context_len)), batch_bucket(record.batch_size))
-        # A runner with one drafter may leave it unnamed: that one is the first.
-        ran = arm(record.method or self.methods[0], record.k) if self.methods else OFF
+        ran = arm(self.drafter(record.method), record.k) if self.methods else OFF
         estimator = self.acceptance.get(ran.method)
         if estimator is not None:
             estimator.observe(key[0], ran.k, record.batch_size, record.kept_at_least)
@@ -147,6 +146,11 @@ class Controller:
             cell.running = cell.decided = self.start_arm if borrowed is None else borrowed
             self.cells[key] = cell
         return cell
+
+    def drafter(self, named: str) -> str:
+        """The drafter a record names; an unnamed one (a runner with one drafter, or a row saved
+        before drafters were named) is the first."""
+        return named or (self.methods[0] if self.methods else "")
 
     def acceptance_of(self, ctx: int) -> Acceptance:
         """Expected tokens per row at each arm (its drafter's estimate at its K), in context

@@ -191,9 +191,8 @@ def fold(controller: Controller, view: FleetView) -> None:
     earlier_lives = controller.tally.baseline if controller.tally is not None else FleetTotals()
     evidence = view.totals.plus(earlier_lives)
     by_cell: dict[tuple[int, int], dict[Arm, ArmTotals]] = {}
-    first = controller.methods[0] if controller.methods else ""
     for (ctx, batch, method, k), totals in evidence.arms.items():
-        where = arm(method or first, k)  # rows from before drafters were named: the first's
+        where = arm(controller.drafter(method), k)
         if where in controller.arms and totals.steps > 0:
             by_cell.setdefault((ctx, batch), {})[where] = totals
     for key, arms in by_cell.items():
@@ -204,7 +203,9 @@ def fold(controller: Controller, view: FleetView) -> None:
             cell.scale = busiest.reward_mean
     positions = _positions(evidence.acceptance)
     for method, estimator in controller.acceptance.items():
-        estimator.pool({(ctx, j): rows for (ctx, m, j), rows in positions.items() if (m or first) == method})
+        estimator.pool(
+            {(ctx, j): rows for (ctx, m, j), rows in positions.items() if controller.drafter(m) == method}
+        )
     for key in by_cell:
         cell = controller.cells[key]
         if not cell.samples:

@@ -119,7 +119,7 @@ def restore(controller: Controller, state: ControllerState, statistics: bool = T
                 stats.seconds_mean, stats.seconds_var, stats.seconds_count
             )
     for acc in state.acceptance:
-        estimator = controller.acceptance.get(_method(controller, acc.method))
+        estimator = controller.acceptance.get(controller.drafter(acc.method))
         if estimator is not None:
             estimator.seed(acc.ctx_bucket, acc.rates)
     controller.version, controller.frozen, controller.overrides = state.version, state.frozen, state.overrides
@@ -130,9 +130,5 @@ def restore(controller: Controller, state: ControllerState, statistics: bool = T
 def _known(controller: Controller, method: str, k: int) -> Arm | None:
     """A saved arm, if this controller can run it. Rows saved before drafters were named carry
     no method: they are the first drafter's (a model key names one set of drafters)."""
-    saved = arm(_method(controller, method), k)
+    saved = arm(controller.drafter(method), k)
     return saved if saved in controller.arms else None
-
-
-def _method(controller: Controller, saved: str) -> str:
-    return saved or (controller.methods[0] if controller.methods else "")
