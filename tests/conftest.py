@@ -58,6 +58,19 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> TinyPair:
 
 
 @pytest.fixture(scope="session")
+def tiny_head(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An EAGLE-3 head for the tiny target, built by `train-draft`'s own code in seconds."""
+    from adaptivespec.train.head_trainer import TrainSettings
+    from adaptivespec.train.train_draft import DataSettings, train_draft
+
+    root = tmp_path_factory.mktemp("tiny-head")
+    text = root / "traffic.txt"  # the tiny target knows only its corpus: prompts drawn from it
+    text.write_text("".join(CORPUS[:4]))
+    data = DataSettings(prompts=48, new_tokens=32, draft_vocab=200, text=text)
+    return train_draft(str(tiny_pair.target), root / "head", data, TrainSettings(epochs=8), progress=False)
+
+
+@pytest.fixture(scope="session")
 def tiny_models(tiny_pair: TinyPair) -> LoadedModels:
     """Loaded once per session; engines in tests share the runner one at a time."""
     return load_runner(engine_config(tiny_pair), progress=False)

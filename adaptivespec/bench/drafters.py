@@ -24,6 +24,9 @@ from adaptivespec.bench.machine import machine
 from adaptivespec.bench.sibling_runners import MODEL_FREE, model_free_proposer, sibling
 from adaptivespec.bench.traffic_mixes import MIXES, prompts
 from adaptivespec.config import EngineConfig, ModelConfig, SuffixSettings
+from adaptivespec.engine.eagle3_head import Eagle3Head
+from adaptivespec.engine.eagle3_proposer import Eagle3Proposer, load_head
+from adaptivespec.engine.head_cache import cached_head
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.runner import PrefillItem
@@ -31,8 +34,9 @@ from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.suffix_proposer import suffix_available
 
 GREEDY = SamplingParams(max_tokens=1 << 20, temperature=0.0)
+DRAFTERS = (*MODEL_FREE, "eagle3")
 # "off+D": drafter D loaded, every step at K = 0: what a loaded drafter costs a plain step.
-CONTENDERS = MODEL_FREE + tuple(f"off+{d}" for d in MODEL_FREE)
+CONTENDERS = DRAFTERS + tuple(f"off+{d}" for d in DRAFTERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,14 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--traffic", choices=MIXES, default="code-edit")
     bench.add_argument("--target", default="smollm2-135m-instruct")
     bench.add_argument("--drafters", default="ngram,suffix", help=f"comma-separated, of {CONTENDERS}")
-    bench.add_argument("--k", type=int, default=8)
+    bench.add_argument(
+        "--k", default="8", help="draft tokens per step; several, comma-separated, run each drafter at each"
+    )
+    bench.add_argument(
+        "--head",
+        default=None,
+        help="eagle3's head directory (default: the one train-draft cached for the target)",
+    )
     bench.add_argument("--requests", type=int, default=8)
     bench.add_argument("--max-tokens", type=int, default=192)
     bench.add_argument("--rounds", type=int, default=3)
@@ -86,22 +97,32 @@ def run(args: argparse.Namespace) -> None:
         suffix_spec_factor=args.suffix_spec_factor,
         suffix_min_prob=args.suffix_min_prob,
     )
+    ks = [int(k) for k in str(args.k).split(",")]
     config = EngineConfig(
-        max_batch=1, max_context=2048, max_spec_tokens=args.k, threads=args.threads, models=models
+        max_batch=1, max_context=2048, max_spec_tokens=max(ks), threads=args.threads, models=models
     )
     loaded = load_runner(config)
+    head = _head(args.head, loaded) if any("eagle3" in d for d in drafters) else None
     requests = prompts(args.traffic, loaded.tokenizer, args.requests, args.seed)
-    longest = max(len(p) for p in requests) + args.max_tokens + args.k + 1
+    longest = max(len(p) for p in requests) + args.max_tokens + max(ks) + 1
     if longest > config.max_context:
         raise SystemExit(f"a request needs {longest} positions; lower --max-tokens or --requests")
-    names = ["off", *drafters]
+    plan = {"off": ("off", 0)} | {
+        (d if len(ks) == 1 or d.startswith("off") else f"{d}@k{k}"): (d, 0 if d.startswith("off") else k)
+        for d in drafters
+        for k in ks
+    }
+    names = list(plan)
     runs: dict[str, list[Run]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         order = names[round_ % len(names) :] + names[: round_ % len(names)]
         for name in order:
-            runner = _runner(loaded, config, name)
-            k = 0 if name.startswith("off") else args.k
-            runs[name].append(_decode_all(runner, requests, k, args.max_tokens))
+            drafter, k = plan[name]
+            runner = _runner(loaded, config, drafter, head)
+            try:
+                runs[name].append(_decode_all(runner, requests, k, args.max_tokens))
+            finally:
+                runner.close()
             print(
                 f"round {round_ + 1}/{args.rounds} {name}: {runs[name][-1].per_step:.2f} tokens/step, "
                 f"{runs[name][-1].tok_s:.1f} tok/s",
@@ -112,7 +133,8 @@ def run(args: argparse.Namespace) -> None:
         "scenario": {
             "traffic": args.traffic,
             "target": args.target,
-            "k": args.k,
+            "k": ks[0] if len(ks) == 1 else ks,
+            "head": None if head is None else str(args.head or cached_head(loaded.target.path)),
             "requests": len(requests),
             "prompt_tokens": [min(len(p) for p in requests), max(len(p) for p in requests)],
             "max_tokens": args.max_tokens,
@@ -128,9 +150,23 @@ def run(args: argparse.Namespace) -> None:
         args.json.write_text(json.dumps(result, indent=2))
 
 
-def _runner(loaded: LoadedModels, config: EngineConfig, name: str) -> HFRunner:
+def _head(given: str | None, loaded: LoadedModels) -> Eagle3Head:
+    path = given or cached_head(loaded.target.path)
+    if path is None:
+        raise SystemExit("no EAGLE-3 head for this target: pass --head DIR, or build one with train-draft")
+    return load_head(str(path), loaded.runner.target.model, linear="packed")
+
+
+def _runner(loaded: LoadedModels, config: EngineConfig, name: str, head: Eagle3Head | None) -> HFRunner:
     """A fresh runner on the loaded target's weights, with this contender's drafter."""
-    return sibling(loaded.runner, model_free_proposer(name.removeprefix("off+"), config), config)
+    drafter = name.removeprefix("off+")
+    if drafter == "eagle3" and head is not None:
+        base = loaded.runner
+        proposer = Eagle3Proposer(
+            head, base.target.model, "eagle3", max_batch=1, cache_len=base.cache_len, clock=base.clock
+        )
+        return sibling(base, proposer, config)
+    return sibling(loaded.runner, model_free_proposer(drafter, config), config)
 
 
 @torch.inference_mode()

@@ -110,6 +110,12 @@ def method_keys(model_key: str | None, method: str | None = None) -> tuple[dict[
             "ours 1,000); set them if you changed ours"
         )
         return {"method": "suffix"}, [note]
+    if proposer and _method_of(proposer) == "eagle3":
+        note = (
+            f'the EAGLE-3 head is named {proposer!r} here: set "model" to its directory '
+            "(train-draft prints it; vLLM loads the speculators format as is)"
+        )
+        return {"method": "eagle3", "model": proposer}, [note]
     if proposer:
         note = f'the draft model is named {proposer!r} here: set "model" to its path or hub id'
         return {"method": "draft_model", "model": proposer}, [note]
@@ -130,6 +136,8 @@ def _method_of(proposer: str) -> str:
     """The drafter kind a model key's proposer name stands for (engine/proposers.py names them)."""
     if re.fullmatch(r"ngram[0-9]+-[0-9]+", proposer):
         return "ngram"
+    if proposer.startswith("eagle3-"):
+        return "eagle3"
     return "suffix" if proposer == "suffix" else "draft"
 
 

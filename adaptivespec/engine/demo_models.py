@@ -130,6 +130,11 @@ def held_out_documents(recipe: DemoRecipe | None = None) -> list[str]:
     return _corpus((recipe or DemoRecipe()).corpus_bytes)[1]
 
 
+def training_documents(recipe: DemoRecipe | None = None) -> list[str]:
+    """The standard-library files `held_out_documents` leaves out: text a drafter may train on."""
+    return _corpus((recipe or DemoRecipe()).corpus_bytes)[0]
+
+
 def _corpus(limit: int) -> tuple[list[str], list[str]]:
     """Standard-library sources in a fixed order; every 20th file (by name hash) is held out."""
     root = Path(sysconfig.get_paths()["stdlib"])

@@ -252,6 +252,11 @@ class HFRunner:
         for proposer in self.proposers.values():
             proposer.forget()
 
+    def close(self) -> None:
+        """Done with this runner: its drafters let go of the target (another runner may share it)."""
+        for proposer in self.proposers.values():
+            proposer.close()
+
     def _proposer(self, method: str | None) -> Proposer | None:
         """The drafter a step names (None: the first); a drafter this runner lacks is an error
         of the caller's, never a silent plain step."""

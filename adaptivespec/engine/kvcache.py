@@ -87,6 +87,12 @@ class SlotKVCache(Cache):
         values[self._row_index, :, self._cols] = value_states.transpose(1, 2).to(values.dtype)
         return keys[self._rows, :, : self._read_len], values[self._rows, :, : self._read_len]
 
+    @property
+    def write_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where the bound forward writes: rows and columns, broadcastable to its tokens [n, T]
+        (for what else is kept per token beside the cache, such as a drafter's hidden states)."""
+        return self._row_index, self._cols
+
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._read_len
 

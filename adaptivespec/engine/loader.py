@@ -18,10 +18,12 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from adaptivespec.config import EngineConfig, parse_size
+from adaptivespec.config import EngineConfig, ModelConfig, parse_size
 from adaptivespec.engine.attention import attention_implementation, check_supported
 from adaptivespec.engine.cached_model import ForwardClock
 from adaptivespec.engine.compiled_forward import compile_time_note, compiled_graphs
+from adaptivespec.engine.eagle3_head import Eagle3Head
+from adaptivespec.engine.eagle3_proposer import Eagle3Proposer, load_head
 from adaptivespec.engine.hardware import (
     hardware_key,
     resolve_device,
@@ -29,6 +31,7 @@ from adaptivespec.engine.hardware import (
     set_threads,
     usable_cpus,
 )
+from adaptivespec.engine.head_cache import cached_head
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.kv_budget import KVPlan, default_budget, plan
 from adaptivespec.engine.kvcache import CacheShape
@@ -156,17 +159,27 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     tokenizer = load_tokenizer(target_source.path)
     clock = ForwardClock(on_cuda=device.type == "cuda")
     cache_len = config.max_context + config.max_spec_tokens + 1
+    kinds, head_dir = _drafters(models, target_source.path, progress)
+    if head_dir is not None and models.compile == "on":
+        raise ConfigError("an EAGLE-3 head does not run with compile on yet; use --compile off")
+    head = None if head_dir is None else load_head(head_dir, target, linear=linear)
     draft = None
     if draft_source is not None:
         draft = load_model(
             draft_source.path, device, dtype, positions, attention=models.attention, linear=linear
         )
         check_same_tokenizer(tokenizer, load_tokenizer(draft_source.path))
-    kv = _kv_plan(config, [m for m in (target, draft) if m is not None], cache_len, device, dtype)
+    configs = [m.config for m in (target, draft) if m is not None] + ([head.config] if head else [])
+    kv = _kv_plan(config, configs, cache_len, device, dtype, aux=_aux_width(head))
     announce(progress, kv.describe(cache_len))
     proposers: list[Proposer] = []
-    for kind in models.proposers:
-        if kind == "suffix":
+    for kind in kinds:
+        if kind == "eagle3" and head is not None and head_dir is not None:
+            name = f"eagle3-{Path(head_dir).name}"
+            proposers.append(
+                Eagle3Proposer(head, target, name, max_batch=kv.rows, cache_len=cache_len, clock=clock)
+            )
+        elif kind == "suffix":
             proposers.append(SuffixProposer(models.suffix, kv.rows))
         elif kind == "ngram":
             proposers.append(NgramProposer(models.ngram_max, models.ngram_min))
@@ -192,15 +205,43 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     return LoadedModels(runner, tokenizer, target_source)
 
 
+def _drafters(models: ModelConfig, target_dir: str, progress: bool) -> tuple[tuple[str, ...], str | None]:
+    """The drafters to load, "auto" resolved, and the EAGLE-3 head's directory if one drafts."""
+    if models.proposers == ("auto",):
+        # A compiled step cannot keep the head's states yet (loader refuses eagle3 with compile on).
+        cached = cached_head(target_dir) if models.compile == "off" else None
+        announce(
+            progress,
+            f"drafting with the EAGLE-3 head trained for this target ({cached})"
+            if cached
+            else "drafting with prompt lookup (ngram); `adaptivespec train-draft` builds an EAGLE-3 "
+            "head for this target, which serve then uses (with --compile off)",
+        )
+        return ("eagle3",) if cached else ("ngram",), None if cached is None else str(cached)
+    return models.proposers, models.draft if "eagle3" in models.proposers else None
+
+
+def _aux_width(head: Eagle3Head | None) -> int:
+    """What an EAGLE-3 head keeps per position beside the KV: the target's states it reads."""
+    if head is None or head.spec.aux_layers is None:
+        return 0
+    return len(head.spec.aux_layers) * head.hidden_size
+
+
 def _kv_plan(
     config: EngineConfig,
-    models: list[PreTrainedModel],
+    configs: list[PretrainedConfig],
     cache_len: int,
     device: torch.device,
     dtype: torch.dtype,
+    *,
+    aux: int = 0,
 ) -> KVPlan:
-    """The rows the KV budget buys for every model the step runs (the draft keeps a cache too)."""
-    row_bytes = sum(CacheShape.from_config(m.config, 1, cache_len).row_bytes(dtype) for m in models)
+    """The rows the KV budget buys for every model the step runs (a draft or head keeps a cache
+    too, and a head the target's states at its `aux` width per position)."""
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    row_bytes = sum(CacheShape.from_config(c, 1, cache_len).row_bytes(dtype) for c in configs)
+    row_bytes += aux * cache_len * itemsize
     budget = parse_size(config.kv_cache_memory) or default_budget(device)
     return plan(budget, config.max_batch, row_bytes, cache_len)
 

@@ -68,6 +68,10 @@ class Proposer(Protocol):
         requests to each contender; the rows must be prefilled again before the next draft."""
         ...
 
+    def close(self) -> None:
+        """Lets go of what it holds on the target (hooks); the runner is done with it."""
+        ...
+
 
 class DraftModelProposer:
     """Drafts with a small causal LM that shares the target's tokenizer.
@@ -151,6 +155,9 @@ class DraftModelProposer:
     def forget(self) -> None:
         return None  # it learns nothing across requests
 
+    def close(self) -> None:
+        return None
+
     def _forward(self, ids: torch.Tensor, layout: RaggedLayout) -> torch.Tensor:
         return self.draft.forward(0, ids, layout, last_only=True, step=True)[
             :, -1, : self.shared_width
@@ -212,4 +219,7 @@ class NgramProposer:
         return None
 
     def forget(self) -> None:
+        return None
+
+    def close(self) -> None:
         return None

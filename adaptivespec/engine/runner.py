@@ -56,7 +56,7 @@ class DecodeOutput:
     drafted: list[int]  # drafts proposed per row
     accepted: list[int]  # drafts accepted per row
     k: int  # draft length asked of the drafter: the policy's K, capped at max_spec_tokens
-    method: str  # the drafter that drafted ("ngram", "draft", "suffix"); "" for a step at K = 0
+    method: str  # the drafter that drafted ("ngram", "draft", "suffix", "eagle3"); "" for a step at K = 0
     width: int  # drafts verified per row (0 = a plain step); below k when the drafter found fewer
     draft_seconds: float
     verify_seconds: float

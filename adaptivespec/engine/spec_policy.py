@@ -15,5 +15,6 @@ class SpecPolicy(Protocol):
         ...
 
     def method_for(self, batch_size: int, context_len: int) -> str | None:
-        """The drafter that drafts at K > 0 ("ngram", "draft", "suffix"); None: the runner's first."""
+        """The drafter that drafts at K > 0 ("ngram", "draft", "suffix", "eagle3"); None: the
+        runner's first."""
         ...

@@ -127,6 +127,9 @@ class SuffixProposer:
         self.request[:] = -1
         self.fed[:] = -1
 
+    def close(self) -> None:
+        return None
+
     def _fresh_cache(self) -> Any:
         return self._cache_type(self.settings.max_tree_depth, self.settings.max_cached_requests)
 

@@ -34,7 +34,7 @@ class StepTelemetry:
     # tokens it missed (its seconds are part of draft_seconds and step_seconds).
     catch_up_tokens: int = 0
     catch_up_seconds: float = 0.0
-    method: str = ""  # the drafter the step ran ("ngram", "draft", "suffix"); "" at K = 0
+    method: str = ""  # the drafter the step ran ("ngram", "draft", "suffix", "eagle3"); "" at K = 0
 
 
 def decode_record(

@@ -274,3 +274,11 @@ def test_a_drafter_in_the_model_key_gives_vllm_its_method() -> None:
     assert exports.method_keys(key)[0] == {}  # two drafters and none named: said, not guessed
     assert exports.drafters_in(key) == ("ngram", "suffix") and exports.drafters_in("pair") == ()
     assert exports.drafters_in("demo+demo-draft:bfloat16") == ("draft",)
+
+
+def test_an_eagle3_head_in_the_model_key_gives_vllm_method_eagle3() -> None:
+    key = "smollm2+eagle3-0f3a9c,ngram2-3:float32"
+    keys, notes = exports.method_keys(key, "eagle3")
+    assert keys == {"method": "eagle3", "model": "eagle3-0f3a9c"}
+    assert "directory" in notes[0]
+    assert exports.drafters_in(key) == ("eagle3", "ngram")

@@ -96,3 +96,34 @@ def test_the_kept_prefix_stops_at_the_first_difference_or_the_draft_count() -> N
     chosen = np.array([[3, 1, 4, 5], [3, 1, 4, 5], [7, 1, 4, 5]])
     drafts = np.array([[3, 1, 2], [3, 1, 4], [3, 1, 4]])
     assert kept_prefix(chosen, drafts, np.array([3, 2, 3])).tolist() == [2, 2, 0]
+
+
+def _reduced_head_drafts(draft_probs: torch.Tensor, ids: list[int], sampling: BatchSampling) -> torch.Tensor:
+    """Drafts of an EAGLE-3 head whose vocabulary is the target ids `ids`: its distribution
+    mapped through d2t into the target's vocabulary, sampled under the target's noise."""
+    from adaptivespec.engine.eagle3_format import Eagle3Spec
+    from adaptivespec.engine.eagle3_head import Eagle3Head
+
+    layer = {"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "head_dim": 4, "num_hidden_layers": 1,
+             "vocab_size": P0.numel()}  # fmt: skip
+    head = Eagle3Head(Eagle3Spec(layer, len(ids), (0, 1, 2)))
+    head.d2t.copy_(torch.tensor(ids) - torch.arange(len(ids)))
+    logits = head.target_logits(draft_probs.log().expand(TRIALS, 1, -1), P0.numel())  # [N, 1, V]
+    return choices(logits, sampling)
+
+
+def test_drafts_through_a_reduced_vocabulary_keep_the_target_nucleus() -> None:
+    """Top-p 0.7 (keeps ids 0-2 of P0): a head drafting among target ids {0, 2, 3} only, with
+    its own distribution, leaves every token an exact sample of the renormalised nucleus."""
+    sampling = _sampling(list(range(TRIALS)), [5] * TRIALS, top_p=0.7)
+    drafts = _reduced_head_drafts(torch.tensor([0.2, 0.5, 0.3]), [0, 2, 3], sampling)
+    assert set(drafts[:, 0].tolist()) <= {0, 2, 3}  # never an id outside its vocabulary
+    logits = P0.log().expand(TRIALS, 2, -1)
+    chosen, kept = verify(logits, drafts, np.ones(TRIALS, dtype=np.int64), sampling)
+    nucleus = torch.tensor([0.40, 0.25, 0.20, 0.0, 0.0]) / 0.85
+    assert _chi_square(torch.from_numpy(chosen[:, 0]), nucleus) < CHI2_DF4_1E6
+    assert 0.1 < kept.mean() < 0.9  # the test sees both kept and rejected drafts
+    # Its power at top-p: the same bound fails a nucleus two points off.
+    biased = nucleus + torch.tensor([0.02, -0.02, 0.0, 0.0, 0.0])
+    assert _chi_square(torch.from_numpy(chosen[:, 0]), biased) > CHI2_DF4_1E6

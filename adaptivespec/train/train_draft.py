@@ -1,0 +1,170 @@
+"""`adaptivespec train-draft --target TARGET [--out DIR]`: an EAGLE-3 head for a target, built here.
+
+1. Prompts from local text (corpus.py); the target continues them and records what the head
+   learns from (teacher.py), shard by shard.
+2. The draft vocabulary: the ids that text uses most.
+3. The head trains on the shards (head_trainer.py), checkpointed every minute.
+4. It is written in the speculators format, into the cache under the target's content
+   (head_cache.py), where `serve --proposer auto` finds it, or into --out.
+
+Everything in between lives in a work folder beside the result, so an interrupted run picks
+up where it stopped; a finished head is not built again. Progress goes to stderr; the last
+line on stdout is the head's directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from adaptivespec.config import ModelConfig
+from adaptivespec.engine.eagle3_format import Eagle3Spec, write_head
+from adaptivespec.engine.eagle3_head import embedding_rows
+from adaptivespec.engine.hardware import set_threads
+from adaptivespec.engine.head_cache import head_home
+from adaptivespec.engine.loader import eos_ids, load_model, load_tokenizer
+from adaptivespec.engine.model_cache import announce
+from adaptivespec.engine.model_sources import resolve_models
+from adaptivespec.errors import AdaptiveSpecError
+from adaptivespec.train.command_args import DRAFT_VOCAB, NEW_TOKENS, PROMPTS
+from adaptivespec.train.corpus import training_prompts
+from adaptivespec.train.head_trainer import HeadTrainer, TrainSettings, draft_vocabulary, head_spec, new_head
+from adaptivespec.train.teacher import Shard, Teacher
+
+
+@dataclass(frozen=True, slots=True)
+class DataSettings:
+    prompts: int = PROMPTS
+    new_tokens: int = NEW_TOKENS  # the target's continuation of each prompt
+    batch: int = 8  # prompts continued together
+    draft_vocab: int = DRAFT_VOCAB
+    seed: int = 0
+    text: Path | None = None  # prompts from this file instead of the standard library
+
+    def __post_init__(self) -> None:
+        if min(self.prompts, self.new_tokens, self.batch, self.draft_vocab) < 1:
+            raise ValueError(f"train-draft settings must be positive: {self}")
+
+
+def run(args: argparse.Namespace) -> Path:
+    data = DataSettings(
+        args.prompts, args.new_tokens, draft_vocab=args.draft_vocab, seed=args.seed, text=args.text
+    )
+    fit = TrainSettings(epochs=args.epochs, lr=args.lr, seed=args.seed)
+    set_threads(args.threads)
+    try:
+        home = train_draft(args.target, args.out, data, fit)
+    except KeyboardInterrupt:
+        raise AdaptiveSpecError(
+            "train-draft interrupted; run the same command again to resume where it stopped"
+        ) from None
+    print(home, flush=True)
+    return home
+
+
+def train_draft(
+    target_name: str, out: Path | None, data: DataSettings, fit: TrainSettings, progress: bool = True
+) -> Path:
+    source, _ = resolve_models(ModelConfig(target=target_name, proposer="ngram"), progress)
+    home = out or head_home(source.path)
+    if (home / "config.json").is_file():
+        announce(progress, f"an EAGLE-3 head for this target is already built: {home}")
+        return home
+    work = home.with_name(home.name + ".work")
+    work.mkdir(parents=True, exist_ok=True)
+    target = load_model(source.path, torch.device("cpu"), torch.float32, 1, attention="sdpa", linear="torch")
+    tokenizer = load_tokenizer(source.path)
+    vocab = embedding_rows(target)
+    spec = head_spec(target, min(data.draft_vocab, vocab), source.path)
+    began = time.perf_counter()
+    shards = _teach(
+        Teacher(target, spec.aux_layers or (), eos_ids(target, tokenizer)), tokenizer, data, work, progress
+    )
+    ids = _vocabulary(shards, spec, vocab, work)
+    head = new_head(spec, target, ids, data.seed)
+    trainer = HeadTrainer(head, target.get_input_embeddings(), fit)
+    _fit(trainer, shards, work, progress)
+    write_head(home, spec, head.weights(), speculative_tokens=4)
+    size = sum(t.numel() * t.element_size() for t in head.weights().values())
+    minutes = (time.perf_counter() - began) / 60
+    announce(
+        progress,
+        f"EAGLE-3 head written to {home} ({size / 2**20:.1f} MiB) after {minutes:.1f} min here; "
+        f"serve it with --draft {home} --proposer eagle3 (or --proposer auto)",
+    )
+    return home
+
+
+def _teach(
+    teacher: Teacher, tokenizer: object, data: DataSettings, work: Path, progress: bool
+) -> list[Shard]:
+    text = None if data.text is None else data.text.read_text(encoding="utf-8")
+    prompts = training_prompts(tokenizer, data.prompts, data.seed, text=text)  # type: ignore[arg-type]
+    batches = [prompts[i : i + data.batch] for i in range(0, len(prompts), data.batch)]
+    shards, began, made = [], time.perf_counter(), 0
+    for index, batch in enumerate(batches):
+        path = work / f"shard-{index:05d}.pt"
+        if not path.exists():
+            with torch.inference_mode():
+                sequences = teacher.continue_prompts(
+                    batch, data.new_tokens, sampled=index % 2 == 1, seed=data.seed + index
+                )
+                teacher.record(sequences).save(path)
+            made += 1
+        shards.append(Shard.load(path))
+        if made and (index % 5 == 4 or index == len(batches) - 1):
+            per_shard = (time.perf_counter() - began) / made
+            left = per_shard * (len(batches) - index - 1)
+            tokens = sum(int(s.lengths.sum()) for s in shards)
+            announce(
+                progress,
+                f"teacher: {index + 1}/{len(batches)} batches, {tokens:,} tokens, "
+                f"about {left / 60:.1f} min left",
+            )
+    return shards
+
+
+def _vocabulary(shards: list[Shard], spec: Eagle3Spec, vocab: int, work: Path) -> torch.Tensor:
+    path = work / "draft-vocab.pt"
+    if path.exists():
+        ids: torch.Tensor = torch.load(path, weights_only=True)
+        return ids
+    ids = draft_vocabulary(shards, spec.draft_vocab_size, vocab)
+    torch.save(ids, path)
+    return ids
+
+
+def _fit(trainer: HeadTrainer, shards: list[Shard], work: Path, progress: bool) -> None:
+    checkpoint = work / "train-state.pt"
+    if checkpoint.exists():
+        trainer.load_state_dict(torch.load(checkpoint, weights_only=False))
+        announce(progress, f"training: resumed at step {trainer.step}")
+    total = trainer.total_steps(shards)
+    done, saved, began = 0, time.perf_counter(), time.perf_counter()
+    start_step = trainer.step
+    epoch = 0
+    while trainer.step < total:
+        for batch in trainer.batches(shards, epoch):
+            if done < start_step:  # batches an interrupted run already trained on
+                done += 1
+                continue
+            if trainer.step >= total:
+                break
+            metrics = trainer.train_step(batch, total)
+            done += 1
+            if time.perf_counter() - saved > trainer.settings.checkpoint_seconds or trainer.step == total:
+                torch.save(trainer.state_dict(), checkpoint.with_suffix(".partial"))
+                checkpoint.with_suffix(".partial").rename(checkpoint)
+                saved = time.perf_counter()
+                rate = (trainer.step - start_step) / max(saved - began, 1e-9)
+                agree = " ".join(f"{v:.2f}" for k, v in metrics.items() if k.startswith("acc"))
+                announce(
+                    progress,
+                    f"training: step {trainer.step}/{total}, loss {metrics['loss']:.3f}, top-1 agreement by "
+                    f"depth {agree}, about {(total - trainer.step) / max(rate, 1e-9) / 60:.1f} min left",
+                )
+        epoch += 1
