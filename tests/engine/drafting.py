@@ -9,10 +9,16 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from adaptivespec.config import EngineConfig
+from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.sampling import BatchSampling, SamplingParams
+from adaptivespec.engine.spec_policy import SpecPolicy
+from adaptivespec.engine.telemetry import StepTelemetry
 
 from ..conftest import TEST_DEVICE
 
@@ -57,3 +63,30 @@ async def staggered(
                     await asyncio.sleep(0.001)
         done.extend(await asyncio.gather(*tasks))
     return done
+
+
+async def serve_staggered(
+    config: EngineConfig,
+    prompts: list[str],
+    params: Callable[[int], SamplingParams],
+    policy: SpecPolicy | None,
+    rounds: int,
+) -> tuple[list[Completion], list[StepTelemetry]]:
+    """`staggered` traffic through a fresh engine, two at a time; its completions and every
+    step's telemetry. Without a policy the live controller steers, over the runner's drafters."""
+    loaded = load_runner(config, progress=False)
+    runner = loaded.runner
+    controller = Controller(runner.model_key, runner.hardware_key, methods=runner.methods)
+    engine = Engine(runner, loaded.tokenizer, controller.live if policy is None else policy, config)
+    subscription = engine.telemetry.subscribe(100_000)
+    learning = asyncio.create_task(run_controller(controller, engine.telemetry.subscribe()))
+    await engine.start()
+    try:
+        done = await staggered(engine, prompts, params, group=2, rounds=rounds)
+    finally:
+        await engine.stop()
+        learning.cancel()
+    records = []
+    while not subscription.queue.empty():
+        records.append(subscription.queue.get_nowait())
+    return done, records

@@ -15,10 +15,7 @@ import pytest
 import torch
 
 from adaptivespec.config import EngineConfig
-from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.policy import FixedK
-from adaptivespec.controller.task import run_controller
-from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.sampling import SamplingParams
@@ -27,7 +24,7 @@ from adaptivespec.engine.suffix_proposer import suffix_available
 from adaptivespec.engine.telemetry import StepTelemetry
 
 from ..conftest import TinyPair, engine_config
-from .drafting import staggered
+from .drafting import serve_staggered
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\ndef add(a, b):\n",
@@ -70,22 +67,7 @@ async def _serve(
 ) -> tuple[list[Completion], list[StepTelemetry]]:
     """Every prompt, staggered, twice (the suffix trees' second round drafts from the first).
     Without a policy the controller steers, over the runner's drafters."""
-    loaded = load_runner(config, progress=False)
-    runner = loaded.runner
-    controller = Controller(runner.model_key, runner.hardware_key, methods=runner.methods)
-    engine = Engine(runner, loaded.tokenizer, controller.live if policy is None else policy, config)
-    subscription = engine.telemetry.subscribe(100_000)
-    learning = asyncio.create_task(run_controller(controller, engine.telemetry.subscribe()))
-    await engine.start()
-    try:
-        done = await staggered(engine, PROMPTS, lambda i: _params(sampled, i), group=2, rounds=2)
-    finally:
-        await engine.stop()
-        learning.cancel()
-    records = []
-    while not subscription.queue.empty():
-        records.append(subscription.queue.get_nowait())
-    return done, records
+    return await serve_staggered(config, PROMPTS, lambda i: _params(sampled, i), policy, rounds=2)
 
 
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "top-p"])

@@ -13,7 +13,6 @@ import torch
 
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK
-from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.sampling import SamplingParams
@@ -22,7 +21,7 @@ from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
 
 from ..conftest import TEST_DEVICE, TinyPair
-from .drafting import staggered
+from .drafting import serve_staggered
 
 PROMPTS = [
     "def add(a, b):\n    return a + b\ndef add(a, b):\n",
@@ -52,20 +51,9 @@ def _params(sampled: bool, i: int) -> SamplingParams:
 
 
 async def _serve(
-    config: EngineConfig, policy: SpecPolicy, sampled: bool
+    config: EngineConfig, policy: SpecPolicy | None, sampled: bool, rounds: int = 1
 ) -> tuple[list[Completion], list[StepTelemetry]]:
-    loaded = load_runner(config, progress=False)
-    engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
-    subscription = engine.telemetry.subscribe(100_000)
-    await engine.start()
-    try:
-        done = await staggered(engine, PROMPTS, lambda i: _params(sampled, i), group=2, rounds=1)
-    finally:
-        await engine.stop()
-    records = []
-    while not subscription.queue.empty():
-        records.append(subscription.queue.get_nowait())
-    return done, records
+    return await serve_staggered(config, PROMPTS, lambda i: _params(sampled, i), policy, rounds)
 
 
 class Rotating:
@@ -135,33 +123,11 @@ def test_the_controller_chooses_between_the_head_and_prompt_lookup(
 ) -> None:
     """Both loaded (`--proposer ngram,eagle3`), the live controller over (drafter, K): sampled
     output is still plain decoding's, and the head drafted on some of the steps."""
-    from adaptivespec.controller.controller import Controller
-    from adaptivespec.controller.task import run_controller
-
     config = _config(tiny_pair, tiny_head, "ngram,eagle3")
     plain, _ = asyncio.run(_serve(replace(config, max_spec_tokens=0), FixedK(0), sampled=True))
 
-    async def learned() -> tuple[list[Completion], list[StepTelemetry]]:
-        loaded = load_runner(config, progress=False)
-        assert loaded.runner.methods == ("ngram", "eagle3")
-        controller = Controller(
-            loaded.runner.model_key, loaded.runner.hardware_key, methods=loaded.runner.methods
-        )
-        engine = Engine(loaded.runner, loaded.tokenizer, controller.live, config)
-        subscription = engine.telemetry.subscribe(100_000)
-        learning = asyncio.create_task(run_controller(controller, engine.telemetry.subscribe()))
-        await engine.start()
-        try:
-            done = await staggered(engine, PROMPTS, lambda i: _params(True, i), group=2, rounds=2)
-        finally:
-            await engine.stop()
-            learning.cancel()
-        records = []
-        while not subscription.queue.empty():
-            records.append(subscription.queue.get_nowait())
-        return done, records
-
-    done, records = asyncio.run(learned())
+    assert load_runner(config, progress=False).runner.methods == ("ngram", "eagle3")
+    done, records = asyncio.run(_serve(config, None, sampled=True, rounds=2))
     for reference, completion in zip(plain + plain, done, strict=True):
         assert completion.token_ids == reference.token_ids
     assert "eagle3" in {r.method for r in records if r.k > 0}
