@@ -29,6 +29,7 @@ from adaptivespec.config import (
 )
 from adaptivespec.errors import AdaptiveSpecError
 from adaptivespec.store import command_args as store_args
+from adaptivespec.train import command_args as train_args
 
 if TYPE_CHECKING:
     from adaptivespec.engine.records import Completion
@@ -129,8 +130,6 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench", help="measure the engine and the controller (adaptivespec bench --help)", add_help=False
     )
-    from adaptivespec.train import command_args as train_args
-
     train_args.register(commands, common)
     store_args.register(commands, [common])
     return parser
