@@ -22,6 +22,17 @@ from adaptivespec.engine.telemetry import StepTelemetry
 
 from ..conftest import TEST_DEVICE
 
+# Code-like prompts the tiny models know, some repeating themselves (drafters find matches),
+# one a single token.
+PROMPTS = [
+    "def add(a, b):\n    return a + b\ndef add(a, b):\n",
+    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
+    "class Point:\n    def __init__(self",
+    "x",
+    "import os\nimport sys\nprint(",
+    "self.x = x\n        self.y",
+]
+
 
 def rows_of(*histories: list[int], width: int = 64) -> RowState:
     """One row per history, each holding it whole."""

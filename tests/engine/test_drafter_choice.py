@@ -24,16 +24,8 @@ from adaptivespec.engine.suffix_proposer import suffix_available
 from adaptivespec.engine.telemetry import StepTelemetry
 
 from ..conftest import TinyPair, engine_config
-from .drafting import serve_staggered
+from .drafting import PROMPTS, serve_staggered
 
-PROMPTS = [
-    "def add(a, b):\n    return a + b\ndef add(a, b):\n",
-    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
-    "class Point:\n    def __init__(self",
-    "x",
-    "import os\nimport sys\nprint(",
-    "self.x = x\n        self.y",
-]
 DRAFTERS = ("draft", "ngram", "suffix") if suffix_available() else ("draft", "ngram")
 
 

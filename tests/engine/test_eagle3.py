@@ -21,16 +21,7 @@ from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
 
 from ..conftest import TEST_DEVICE, TinyPair
-from .drafting import serve_staggered
-
-PROMPTS = [
-    "def add(a, b):\n    return a + b\ndef add(a, b):\n",
-    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
-    "class Point:\n    def __init__(self",
-    "x",
-    "import os\nimport sys\nprint(",
-    "self.x = x\n        self.y",
-]
+from .drafting import PROMPTS, serve_staggered
 
 
 def _config(pair: TinyPair, head: Path | None, proposer: str = "eagle3") -> EngineConfig:
