@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> None:
         max_batch=1, max_context=2048, max_spec_tokens=max(ks), threads=args.threads, models=models
     )
     loaded = load_runner(config)
-    head = _head(args.head, loaded) if any("eagle3" in d for d in drafters) else None
+    head_dir = _head_dir(args.head, loaded) if any("eagle3" in d for d in drafters) else None
+    head = None if head_dir is None else load_head(head_dir, loaded.runner.target.model, linear="packed")
     requests = prompts(args.traffic, loaded.tokenizer, args.requests, args.seed)
     longest = max(len(p) for p in requests) + args.max_tokens + max(ks) + 1
     if longest > config.max_context:
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> None:
             "traffic": args.traffic,
             "target": args.target,
             "k": ks[0] if len(ks) == 1 else ks,
-            "head": None if head is None else str(args.head or cached_head(loaded.target.path)),
+            "head": None if head_dir is None else str(head_dir),
             "requests": len(requests),
             "prompt_tokens": [min(len(p) for p in requests), max(len(p) for p in requests)],
             "max_tokens": args.max_tokens,
@@ -150,11 +151,11 @@ def run(args: argparse.Namespace) -> None:
         args.json.write_text(json.dumps(result, indent=2))
 
 
-def _head(given: str | None, loaded: LoadedModels) -> Eagle3Head:
+def _head_dir(given: str | None, loaded: LoadedModels) -> str:
     path = given or cached_head(loaded.target.path)
     if path is None:
         raise SystemExit("no EAGLE-3 head for this target: pass --head DIR, or build one with train-draft")
-    return load_head(str(path), loaded.runner.target.model, linear="packed")
+    return str(path)
 
 
 def _runner(loaded: LoadedModels, config: EngineConfig, name: str, head: Eagle3Head | None) -> HFRunner:

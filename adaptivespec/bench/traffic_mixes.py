@@ -14,18 +14,16 @@ sets may share a function, though the 8-prompt sets of seeds 0 and 1 share none)
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from adaptivespec.engine.demo_models import held_out_documents
+from adaptivespec.engine.prompt_text import chat_ids, functions
 from adaptivespec.engine.tokenizer import Tokenizer
 
 MIXES = ("chat", "code-edit", "agent", "mixed")
-_MIN_LINES, _MAX_LINES = 6, 30
 _TOOLS = [
     {"name": "search", "description": "find where a name is defined", "parameters": {"query": "string"}},
     {"name": "read_file", "description": "read lines of a file", "parameters": {"path": "string"}},
@@ -40,55 +38,6 @@ _AGENT_SYSTEM = (
     + json.dumps(_TOOLS, indent=1)
     + '\nTo call a tool, reply with one JSON object: {"tool": NAME, "arguments": {...}}.'
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Function:
-    name: str
-    source: str
-    names: tuple[str, ...]  # identifiers assigned or taken as arguments in it
-
-
-def functions(documents: list[str]) -> list[Function]:
-    """Top-level functions and methods of 6-30 lines, in the documents' order."""
-    found: list[Function] = []
-    for text in documents:
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        lines = text.splitlines()
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.FunctionDef) or node.end_lineno is None:
-                continue
-            if not _MIN_LINES <= node.end_lineno - node.lineno + 1 <= _MAX_LINES:
-                continue
-            names = {a.arg for a in node.args.args if a.arg not in ("self", "cls")}
-            names |= {
-                t.id
-                for n in ast.walk(node)
-                if isinstance(n, ast.Assign)
-                for t in n.targets
-                if isinstance(t, ast.Name)
-            }
-            if names:
-                source = _dedent(lines[node.lineno - 1 : node.end_lineno])
-                found.append(Function(node.name, source, tuple(sorted(names))))
-    return found
-
-
-def _dedent(lines: list[str]) -> str:
-    indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
-    return "\n".join(line[indent:] for line in lines)
-
-
-def _chat(tokenizer: Tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    template = getattr(tokenizer, "chat_template", None)
-    if template:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)  # type: ignore[attr-defined]
-        return list(tokenizer.encode(str(text), add_special_tokens=False))
-    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
-    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def code_edit(tokenizer: Tokenizer, count: int, seed: int) -> list[list[int]]:
@@ -106,7 +55,7 @@ def code_edit(tokenizer: Tokenizer, count: int, seed: int) -> list[list[int]]:
         )
         instruction = instructions[int(rng.integers(len(instructions)))]
         content = f"{instruction}\n\n```python\n{function.source}\n```"
-        prompts.append(_chat(tokenizer, [{"role": "user", "content": content}]))
+        prompts.append(chat_ids(tokenizer, [{"role": "user", "content": content}]))
     return prompts
 
 
@@ -139,7 +88,7 @@ def agent(tokenizer: Tokenizer, count: int, seed: int, turns: int = 3) -> list[l
                 {"role": "user", "content": f"Tool result:\n{result}"},
             ]
             session.append(list(messages))
-        sessions.append([_chat(tokenizer, m) for m in session])
+        sessions.append([chat_ids(tokenizer, m) for m in session])
     # Turn by turn across sessions: later turns come after other sessions' earlier ones.
     return [s[t] for t in range(turns) for s in sessions][:count]
 

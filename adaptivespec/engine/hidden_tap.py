@@ -20,17 +20,21 @@ from transformers import PreTrainedModel
 from adaptivespec.engine.kvcache import SlotKVCache
 
 
+def reading_points(target: PreTrainedModel) -> list[nn.Module]:
+    """Where an auxiliary layer id is read: layer i's input at layer i, and one past the last
+    (speculators allows it) at the final norm, whose input is the last layer's output."""
+    decoder: Any = target.get_decoder()
+    layers: Any = getattr(decoder, "layers", None)
+    if layers is None:
+        raise ValueError("the target's decoder exposes no `layers`; an EAGLE-3 head cannot read it")
+    return [*layers, decoder.norm]
+
+
 class HiddenTap:
     def __init__(
         self, target: PreTrainedModel, layers: tuple[int, ...], max_batch: int, cache_len: int
     ) -> None:
-        decoder: Any = target.get_decoder()
-        decoder_layers: Any = getattr(decoder, "layers", None)
-        if decoder_layers is None:
-            raise ValueError("the target's decoder exposes no `layers`; an EAGLE-3 head cannot read it")
-        # Layer i's input is read at layer i; the one past the last (speculators allows it) is
-        # the final norm's input, the last layer's output.
-        modules = [*decoder_layers, decoder.norm]
+        modules = reading_points(target)
         param = next(target.parameters())
         hidden = int(target.config.get_text_config().hidden_size)
         self.width = hidden
@@ -41,7 +45,7 @@ class HiddenTap:
         )
         self._bound: SlotKVCache | None = None  # the cache of the forward under way, if ours
         self._handles: list[RemovableHandle] = [
-            decoder_layers[0].register_forward_pre_hook(self._bind, with_kwargs=True)
+            modules[0].register_forward_pre_hook(self._bind, with_kwargs=True)
         ]
         self._handles += [
             modules[layer].register_forward_pre_hook(self._hook(slot), with_kwargs=True)

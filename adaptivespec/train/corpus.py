@@ -8,11 +8,10 @@ requests about one function (explain it, or change it a little and reply with it
 
 from __future__ import annotations
 
-import ast
-
 import numpy as np
 
 from adaptivespec.engine.demo_models import training_documents
+from adaptivespec.engine.prompt_text import chat_ids, functions
 from adaptivespec.engine.tokenizer import Tokenizer
 
 _ASKS = (
@@ -41,13 +40,14 @@ def training_prompts(
     corpus = tokenizer.encode(text, add_special_tokens=False)
     offsets = rng.integers(0, max(1, len(corpus) - window), size=count - count // 2)
     windows = [list(corpus[int(s) : int(s) + window]) for s in offsets]
-    pool = _functions(documents[1::2][: 20 + count])
+    pool = functions(documents[1::2][: 20 + count])
     picks = rng.choice(len(pool), size=count // 2, replace=len(pool) < count // 2)
     chats = []
     for index in picks:
-        name, source = pool[int(index)]
-        ask = _ASKS[int(rng.integers(len(_ASKS)))].format(name=name)
-        chats.append(_chat(tokenizer, f"{ask}\n\n```python\n{source}\n```"))
+        function = pool[int(index)]
+        ask = _ASKS[int(rng.integers(len(_ASKS)))].format(name=function.name)
+        content = f"{ask}\n\n```python\n{function.source}\n```"
+        chats.append(chat_ids(tokenizer, [{"role": "user", "content": content}]))
     mixed = [p for pair in zip(windows, chats, strict=False) for p in pair]
     return mixed + windows[len(chats) :]
 
@@ -61,27 +61,3 @@ def _enough(documents: list[str], chars: int) -> str:
         if size >= chars:
             break
     return "\n".join(taken)
-
-
-def _functions(documents: list[str], min_lines: int = 5, max_lines: int = 25) -> list[tuple[str, str]]:
-    found = []
-    for text in documents:
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and node.end_lineno is not None:
-                if min_lines <= node.end_lineno - node.lineno + 1 <= max_lines:
-                    source = ast.get_source_segment(text, node)
-                    if source:
-                        found.append((node.name, source))
-    return found
-
-
-def _chat(tokenizer: Tokenizer, content: str) -> list[int]:
-    messages = [{"role": "user", "content": content}]
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)  # type: ignore[attr-defined]
-        return list(tokenizer.encode(str(text), add_special_tokens=False))
-    return list(tokenizer.encode(f"user: {content}\nassistant: ", add_special_tokens=False))

@@ -18,6 +18,8 @@ from typing import Any, cast
 import torch
 from transformers import PreTrainedModel
 
+from adaptivespec.engine.hidden_tap import reading_points
+
 STORE_DTYPE = torch.bfloat16  # states keep their range (a few are in the hundreds) at half the bytes
 
 
@@ -87,13 +89,12 @@ class Teacher:
         lengths = torch.tensor([len(s) for s in sequences])
         mask = (torch.arange(width) < lengths[:, None]).long()
         kept: dict[str, torch.Tensor] = {}
-        decoder: Any = self.target.get_decoder()
-        modules = [*decoder.layers, decoder.norm]  # past the last layer: the final norm's input
+        modules = reading_points(self.target)
         hooks = [
             modules[layer].register_forward_pre_hook(_keep(kept, f"aux{slot}"), with_kwargs=True)
             for slot, layer in enumerate(self.aux_layers)
         ]
-        hooks.append(decoder.norm.register_forward_hook(_keep_output(kept, "final")))
+        hooks.append(modules[-1].register_forward_hook(_keep_output(kept, "final")))
         try:
             self.target(input_ids=tokens, attention_mask=mask, logits_to_keep=1)
         finally:
