@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast, get_args
 
-from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.errors import ConfigError
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -286,15 +285,6 @@ class ServeConfig:
         _require(
             self.admin_token is None or len(self.admin_token) >= 16,
             "admin_token must be at least 16 characters (generate one with: openssl rand -hex 32)",
-        )
-
-    @property
-    def sync_cadence(self) -> SyncCadence:
-        return SyncCadence(
-            self.flush_seconds,
-            self.fleet_refresh_seconds,
-            self.fleet_learning_sync_seconds,
-            self.fleet_young_cell_steps,
         )
 
     def pools_with_fleet(self, dialect: str) -> bool:

@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> None:
     for i in range(args.records):
         controller.ingest(records[i % len(records)])
         if i % 2000 == 0:
-            controller.history.clear()  # the store's periodic flush
+            controller.log.take()  # the store's periodic flush
         if i + 1 in (10_000, args.records):
-            controller.history.clear()
+            controller.log.take()
             gc.collect()
             memory[i + 1] = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> None:
     for i in range(count):
         controller.ingest(records[i % len(records)])
         if i % 2000 == 0:
-            controller.history.clear()
+            controller.log.take()
     per_step = (time.perf_counter() - began) / count * 1e6
     print(f"ingest + decision: {per_step:.1f} us per step (mean over {count:,} records, no tracing)")
     for n, used in sorted(memory.items()):

@@ -284,7 +284,7 @@ def _fleet(
         controller = Controller(run_key, loop.hardware_key, ControllerConfig())
         host = Host(h, controller, order, FleetKey(f"bench-host-{h}", run_key, loop.hardware_key))
         host.clock = host.next_tick = start
-        controller.tally = Tally(run.repository.own(host.key))
+        controller.pool(Tally(run.repository.own(host.key)))
         hosts.append(host)
     steppers = {
         h.index: loops[h.index].stepping(h.controller.live, h.results, clocked(h), None, h.order)

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.fleet import FleetTotals, fold
+from adaptivespec.controller.fleet import FleetTotals
 from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.sim.loop import PhaseResult
@@ -136,7 +136,8 @@ class FleetRun:
         if host.clock < host.next_tick or host.clock < host.syncing_until:
             return
         host.next_tick = host.clock + self.cadence.tick_seconds
-        due = self.cadence.due(host.controller, host.clock, host.last_flush, host.last_refresh)
+        learning = host.controller.stepping_young_cells(self.cadence.young_steps)
+        due = self.cadence.due(learning, host.clock, host.last_flush, host.last_refresh)
         self._send(host, host.clock, due.flush, due.refresh)
 
     def _send(self, host: Host, at: float, flush: bool, refresh: bool) -> None:
@@ -156,7 +157,7 @@ class FleetRun:
             return
         self.clock.seconds = at
         began = time.perf_counter()
-        fold(host.controller, self.repository.pooled(host.key, self.cadence.live_seconds))
+        host.controller.fold(self.repository.pooled(host.key, self.cadence.live_seconds))
         self.database.refresh_ms.append((time.perf_counter() - began) * 1000)
         host.last_refresh = at
 

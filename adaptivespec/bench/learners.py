@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 from adaptivespec.bench.oracle import Learner
 from adaptivespec.bench.river_ucb import RiverBandit
-from adaptivespec.controller import persistence
 from adaptivespec.controller.buckets import batch_bucket
 from adaptivespec.controller.controller import SIM_METHODS, Controller
 from adaptivespec.engine.telemetry import StepTelemetry
@@ -24,7 +23,7 @@ def adaptive(
     if store is not None:
         saved = store.load(model_key, hardware_key)
         if saved is not None:
-            persistence.restore(controller, saved)
+            controller.restore(saved)
     steps = 0
 
     def on_step(record: StepTelemetry) -> None:
@@ -38,11 +37,11 @@ def adaptive(
 
 
 def flush(controller: Controller, store: Store) -> None:
-    unsaved = persistence.take_unsaved(controller)
+    unsaved = controller.take_unsaved()
     try:
         store.save(unsaved.state, unsaved.history)
     except Exception:
-        persistence.give_back(controller, unsaved)
+        controller.give_back(unsaved)
         raise
 
 

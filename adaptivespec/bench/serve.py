@@ -19,7 +19,6 @@ import aiohttp
 from aiohttp import web
 
 from adaptivespec.config import DEMO_MODEL, DEVICES, EngineConfig, ModelConfig, ServeConfig
-from adaptivespec.controller import operator
 from adaptivespec.controller.overrides import Override
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.sampling import SamplingParams
@@ -69,7 +68,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         await site.start()
         port = runner.addresses[0][1]
         services = app[SERVICES]
-        operator.set_overrides(services.controller, (Override("pin", args.k),))
+        services.controller.set_overrides((Override("pin", args.k),))
         prompts = [f"def function_{i}(x):\n    return" for i in range(args.clients)]
         params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
         direct, http = [], []

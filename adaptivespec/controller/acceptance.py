@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from adaptivespec.controller.arms import Arm
 
@@ -138,6 +139,18 @@ class AcceptanceEstimator:
         """Restores saved rates as the prior, until fresh measurements outweigh them."""
         self._prior[ctx] = rates
         self._forget_curve(ctx)
+
+
+class Acceptance(Protocol):
+    """What a cell prices arms with: tokens per row per step at each arm."""
+
+    def __call__(self, arm: Arm) -> float:
+        """Expected tokens per row per step at the arm."""
+        ...
+
+    def hoped(self, arm: Arm) -> float:
+        """What the arm may yet emit: an upper bound that narrows as its drafter is measured."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

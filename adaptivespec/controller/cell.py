@@ -1,6 +1,7 @@
-"""One decision cell (context bucket x batch bucket): what was measured, and which arm to run.
+"""One decision cell (context bucket x batch bucket): which arm to run next, and the decision.
 
-An arm is a drafter and a draft length K, or speculation off (arms.py).
+An arm is a drafter and a draft length K, or speculation off (arms.py). What the cell
+measured is its `CellEvidence`; this module is the rule that acts on it.
 
 Exploration is an upper-confidence rule of our own, over bounds that hold on a shared machine:
 - An arm's price is its *expected* goodput (arm_prices.py): tokens per row at that arm, its
@@ -17,13 +18,13 @@ Exploration is an upper-confidence rule of our own, over bounds that hold on a s
   Unmeasured arms are tried nearest the decision first: goodput over one drafter's K is
   single-peaked in the roofline, and each neighbour measured tightens the bound on the arms
   beyond it; another drafter at the decision's K counts as one step away.
+- Candidates are re-pruned (pruning.py) when a dwell ends or the fleet's evidence changes.
 - The next step runs the candidate with the highest upper bound (the decision on a tie); a
   well-measured arm is then held for `dwell` steps. Decisions are made among measured arms
   only, with hysteresis.
 - Switching a drafter on after it sat out steps (speculation off, or another drafter) costs a
-  catch-up (`observe_switch`), kept per drafter apart from the arm's step time. An exploration
-  that switches is made only if its best case pays the switch, and is held until the switch is
-  amortised.
+  catch-up, kept per drafter apart from the arm's step time. An exploration that switches is
+  made only if its best case pays the switch, and is held until the switch is amortised.
 - In a fleet, hosts that meet a new cell together split the probes of its unmeasured arms
   (`probe_share`), instead of each paying them all.
 """
@@ -33,25 +34,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import ceil, erf, inf, sqrt
-from typing import Protocol
 
+from adaptivespec.controller.acceptance import Acceptance
 from adaptivespec.controller.arm_prices import ArmPrices, CostFloor, samples_of
-from adaptivespec.controller.arms import OFF, Arm, chain, distance, methods_of
+from adaptivespec.controller.arms import OFF, Arm, distance
+from adaptivespec.controller.evidence import CellEvidence
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
-from adaptivespec.controller.robust_stat import MIN_ROBUST, RobustStat
+from adaptivespec.controller.pruning import prune
+from adaptivespec.controller.robust_stat import MIN_ROBUST
 from adaptivespec.controller.stall_tail import PRIOR_TAIL
-from adaptivespec.controller.stats import EWStat, Summary
-
-
-class Acceptance(Protocol):
-    def __call__(self, arm: Arm) -> float:
-        """Expected tokens per row per step at the arm."""
-        ...
-
-    def hoped(self, arm: Arm) -> float:
-        """What the arm may yet emit: an upper bound that narrows as its drafter is measured."""
-        ...
+from adaptivespec.controller.stats import EWStat
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,50 +63,37 @@ class Neighbourhood:
 class Cell:
     settings: LearningSettings
     arms: tuple[Arm, ...]  # what this cell chooses among (arms.arm_space)
-    rewards: dict[Arm, EWStat] = field(default_factory=dict)  # observed tokens/row/s over `scale`
-    seconds: dict[Arm, RobustStat] = field(default_factory=dict)  # step seconds here, switches apart
-    fleet: dict[Arm, EWStat] = field(default_factory=dict)  # step seconds other hosts measured
-    fleet_hosts: int = 0  # other hosts behind `fleet`
-    switch: dict[str, RobustStat] = field(default_factory=dict)  # per drafter: catch-up seconds a switch
-    scale: float = 0.0  # tokens/row/s of the first measurement: makes rewards ~1
+    evidence: CellEvidence
     decided: Arm = OFF
     running: Arm = OFF  # what the engine runs at the next step: `decided`, or an arm being explored
-    samples: int = 0
     candidates: tuple[Arm, ...] = ()
     pulls: int = 0  # steps this cell chose an arm for
     dominated_pulls: int = 0  # ... with an arm whose upper bound was below the decision's lower bound
     ruled_out: frozenset[Arm] = frozenset()  # arms dominated by a smaller K, here or at a smaller batch
     _dwell_left: int = 0
     _upper: dict[Arm, float] = field(default_factory=dict)  # optimistic bounds at the last refresh
-    _times: dict[Arm, Summary] | None = None  # `seconds` and `fleet` merged, until either changes
     _fleet_changed: bool = False  # since the candidates were last pruned
     _share_done_at: int | None = None  # fleet refreshes read when this host's probe share was done
 
+    @classmethod
+    def starting_at(cls, settings: LearningSettings, arms: tuple[Arm, ...], start: Arm) -> Cell:
+        """A cell nothing was measured in, running `start` (a prior or a neighbour's decision)."""
+        return cls(settings, arms, CellEvidence(settings), decided=start, running=start)
+
     @property
     def informed(self) -> bool:
-        """Measured here, or by other hosts of the fleet."""
-        return self.samples > 0 or bool(self.fleet)
+        return self.evidence.informed
 
-    @property
-    def evidence_steps(self) -> int:
-        """Steps measured in this cell, here and by the fleet."""
-        return self.samples + sum(stat.count for stat in self.fleet.values())
-
-    def times(self) -> Mapping[Arm, Summary]:
-        """Step seconds per arm: this host's, beside the fleet's (each weighing at most one window)."""
-        if not self.fleet:
-            return self.seconds  # a host alone: nothing to merge on every step
-        if self._times is None:
-            window = self.settings.effective_samples
-            arms = self.seconds.keys() | self.fleet.keys()
-            self._times = {k: _merged(self.seconds.get(k), self.fleet.get(k), window) for k in arms}
-        return self._times
-
-    def set_fleet(self, seconds: dict[Arm, EWStat], hosts: int) -> None:
+    def set_fleet(self, seconds: dict[Arm, EWStat], hosts: int, reward_scale: float) -> None:
         """New evidence from other hosts: the candidates are re-pruned at the next step (an arm
         held for its dwell stops as soon as the fleet's measurements rule it out)."""
-        self.fleet, self.fleet_hosts, self._times = seconds, hosts, None
+        self.evidence.set_fleet(seconds, hosts, reward_scale)
         self._fleet_changed = True
+
+    def restore(self, decided: Arm | None) -> None:
+        """A saved decision (None: one this controller cannot run) becomes the running arm too."""
+        if decided is not None:
+            self.decided = self.running = decided
 
     def adopt(self, acceptance: Acceptance) -> None:
         """Decides from the fleet's measurements alone, before this host runs the cell."""
@@ -122,33 +102,8 @@ class Cell:
             self._decide(predicted)
             self.running = self.decided
 
-    def observe(self, k: Arm, tokens_per_row: float, step_seconds: float) -> None:
-        """One step at arm `k`; `step_seconds` without any switch's catch-up (`observe_switch`)."""
-        if self.scale <= 0.0:
-            self.scale = tokens_per_row / step_seconds
-        self.rewards.setdefault(k, EWStat(self.settings.fading)).update(
-            tokens_per_row / step_seconds / self.scale
-        )
-        self.seconds.setdefault(k, RobustStat()).update(step_seconds)
-        self._times = None
-        self.samples += 1
-
-    def observe_switch(self, method: str, seconds: float) -> None:
-        """`method`'s drafter, which had sat out steps, caught up at this step in `seconds`."""
-        self.switch.setdefault(method, RobustStat()).update(seconds)
-
-    def typical_seconds(self, k: Arm) -> float | None:
-        """This host's robust step time at K, once it stands on enough steps to judge one by."""
-        stat = self.seconds.get(k)
-        return stat.mean if stat is not None and stat.samples >= MIN_ROBUST else None
-
     def prices(self, acceptance: Acceptance, tail: float = PRIOR_TAIL) -> ArmPrices:
-        tokens = {k: acceptance(k) for k in self.arms}  # once per step, for every pricing
-        hoped = {k: acceptance.hoped(k) for k in self.arms}
-        window = self.settings.effective_samples
-        return ArmPrices.of(
-            self.arms, self.times(), tokens, scale=self.scale, window=window, tail=tail, hoped=hoped
-        )
+        return self.evidence.prices(self.arms, acceptance, tail)
 
     def predictions(self, acceptance: Acceptance) -> dict[Arm, float]:
         """Expected reward of each measured arm (same units as observed rewards)."""
@@ -174,7 +129,17 @@ class Cell:
         if self._dwell_left == 0 or self._fleet_changed or not self.candidates:
             neighbourhood = around() if around is not None else Neighbourhood()
             self._upper = prices.optimistic(predicted, neighbourhood.floor, _leading(self.decided, predicted))
-            self._refresh(prices, predicted, neighbourhood.ruled_out)
+            lowers = {j: prices.lower(j, predicted) for j in predicted}
+            pruned = prune(
+                self._upper,
+                lowers,
+                predicted,
+                decided=self.decided,
+                support=prices.support,
+                inherited=neighbourhood.ruled_out,
+                margin=self.settings.prune_margin,
+            )
+            self.candidates, self.ruled_out = pruned.candidates, pruned.ruled_out
             self._fleet_changed = False
         self._decide(predicted)
         if self._dwell_left > 0 and self.running in self.candidates:
@@ -184,7 +149,10 @@ class Cell:
             self.running = self._priced_switch(was, self._pull(predicted, share), predicted)
             # An arm measured too few times to judge needs one step more; a judged one is held,
             # and longer when switching to it cost a catch-up.
-            judged = self.running in predicted and samples_of(self.times().get(self.running)) >= MIN_ROBUST
+            judged = (
+                self.running in predicted
+                and samples_of(self.evidence.times().get(self.running)) >= MIN_ROBUST
+            )
             self._dwell_left = self._dwell(was, self.running) - 1 if judged else 0
         self.pulls += 1
         if self.running != self.decided:
@@ -210,7 +178,7 @@ class Cell:
         if self._share_done_at is None:
             self._share_done_at = share.refreshes
         refreshed = share.refreshes - self._share_done_at
-        if refreshed >= 2 or (refreshed == 1 and not self.fleet_hosts):
+        if refreshed >= 2 or (refreshed == 1 and not self.evidence.fleet_hosts):
             return share.probes(self.arms, unmeasured, everyone=True)[0]
         return self._most_promising([k for k in self.candidates if k in predicted])
 
@@ -222,13 +190,12 @@ class Cell:
         starts drafting again (from speculation off, or from another drafter)."""
         if to.k == 0 or was.method == to.method:
             return 0.0
-        switch = self.switch.get(to.method)
-        return switch.mean if switch is not None and switch.count else 0.0
+        return self.evidence.switch_seconds(to.method)
 
     def _priced_switch(self, was: Arm, choice: Arm, predicted: dict[Arm, float]) -> Arm:
         """The choice, unless it is an exploration whose best case does not pay its switch."""
         switch = self._switch_seconds(was, choice)
-        seconds = self.times().get(choice)
+        seconds = self.evidence.times().get(choice)
         if not switch or choice == self.decided or self.decided not in predicted or seconds is None:
             return choice  # no switch to pay, or an unmeasured arm: its one step measures it
         held = self._dwell(was, choice) if samples_of(seconds) >= MIN_ROBUST else 1
@@ -238,52 +205,11 @@ class Cell:
     def _dwell(self, was: Arm, to: Arm) -> int:
         """Steps to hold `to`: the usual dwell, or long enough that a switch's catch-up is at
         most `switch_share` of them."""
-        switch, seconds = self._switch_seconds(was, to), self.times().get(to)
+        switch, seconds = self._switch_seconds(was, to), self.evidence.times().get(to)
         if not switch or seconds is None or not seconds.count or seconds.mean <= 0:
             return self.settings.dwell
         amortise = ceil(switch / (self.settings.switch_share * seconds.mean))
         return max(self.settings.dwell, min(amortise, self.settings.max_dwell))
-
-    def _refresh(self, prices: ArmPrices, predicted: dict[Arm, float], inherited: frozenset[Arm]) -> None:
-        """Re-prunes the candidates.
-
-        An arm stays a candidate while its upper bound is within `prune_margin` of the best
-        prediction and above the decision's lower bound: exploration never spends a step on an arm
-        the measurements already show to be worse. Arms above the decision whose bound is below
-        even the margin, or that a smaller K dominates, are out here; those measured enough to
-        judge are ruled out at larger batches too (`inherited` there): an arm priced on one or two
-        steps, which may have stalled, is left for each batch to try again. OFF, the cheapest
-        step and the baseline every other arm must beat, is always measured before it can be
-        pruned: its bound is inferred from the other arms, and an optimistic acceptance estimate
-        would otherwise rule it out unseen.
-        """
-        bounds = self._upper
-        lowers = {j: prices.lower(j, predicted) for j in predicted}
-        margin_floor = (1 - self.settings.prune_margin) * max(predicted.values())
-        floor = max(margin_floor, lowers.get(self.decided, 0.0))
-        pruned_above = {k for k, bound in bounds.items() if k.k > self.decided.k and bound < margin_floor}
-        out_here = self._dominated(lowers) | pruned_above | inherited
-        judged = {k for k in out_here if prices.support.get(k, 0.0) >= MIN_ROBUST}
-        self.ruled_out = frozenset(judged) | inherited
-        self.candidates = tuple(
-            k
-            for k, bound in bounds.items()
-            if k == self.decided
-            or (bound >= floor and k not in out_here)
-            or (k == OFF and k not in predicted)
-        )
-
-    def _dominated(self, lowers: dict[Arm, float]) -> frozenset[Arm]:
-        """Arms whose upper bound is below the lower bound of a smaller K on their drafter's
-        chain (OFF is never dominated)."""
-        dominated: set[Arm] = set()
-        for method in methods_of(self._upper):
-            best_lower_below = 0.0
-            for k in chain(self._upper, method):
-                if self._upper[k] < best_lower_below:
-                    dominated.add(k)
-                best_lower_below = max(best_lower_below, lowers.get(k, 0.0))
-        return frozenset(dominated)
 
     def _decide(self, predicted: dict[Arm, float]) -> None:
         best = max(predicted, key=predicted.__getitem__)
@@ -315,19 +241,6 @@ def _leading(decided: Arm, predicted: Mapping[Arm, float]) -> str:
     if decided.k or not predicted:
         return decided.method
     return max(predicted, key=lambda a: (a.k > 0, predicted[a])).method
-
-
-def _merged(own: Summary | None, pooled: Summary | None, window: float) -> Summary:
-    """One mean and variance from two: each side weighs its count, at most `window`."""
-    if own is None or not own.count:
-        return pooled if pooled is not None else EWStat()
-    if pooled is None or not pooled.count:
-        return own
-    w_own, w_pooled = min(own.count, window), min(pooled.count, window)
-    total = w_own + w_pooled
-    mean = (w_own * own.mean + w_pooled * pooled.mean) / total
-    spread = w_own * (own.var + (own.mean - mean) ** 2) + w_pooled * (pooled.var + (pooled.mean - mean) ** 2)
-    return EWStat(mean=mean, var=spread / total, count=own.count + pooled.count)
 
 
 def initial_arm(arms: Sequence[Arm], acceptance: Acceptance, slope: float) -> Arm:

@@ -1,39 +1,41 @@
 """The controller: learns the arm, a drafter and K, per (context bucket, batch bucket), live.
 
-`ingest` is synchronous and cheap (tens of microseconds): it validates a record, updates
-its drafter's acceptance estimate, the machine's stall tail and the cell's step costs, and
-publishes a new snapshot when the arm of a cell changes. Around it, each in its own module:
-what is published (`publication`), what cells borrow from their neighbours (`neighbours`),
-operator controls (`operator`), persistence (`persistence`) and the asyncio task (`task`).
+`ingest` is synchronous and cheap (tens of microseconds): it validates a record, updates its
+drafter's acceptance estimate, the machine's stall tail and the cell's evidence, asks the cell
+which arm runs next, and publishes it. The controller owns its collaborators, each with its
+own state: the cells (`CellTable`), the operator controls, the version and history
+(`DecisionLog`), the publisher of the engine's snapshot, the acceptance estimators, and the
+fleet tally. Operator actions, fleet views and saves reach those collaborators only through
+the methods here.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-import time
-from collections import deque
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass, field, replace
 
-from adaptivespec.controller.acceptance import AcceptanceEstimator, ArmTokens
+from adaptivespec.controller.acceptance import Acceptance, AcceptanceEstimator, ArmTokens
 from adaptivespec.controller.arms import OFF, Arm, arm, arm_space
-from adaptivespec.controller.buckets import (
-    BATCH_BUCKETS,
-    CONTEXT_BUCKETS,
-    batch_bucket,
-    context_bucket,
-    crossover,
-)
-from adaptivespec.controller.cell import Acceptance, Cell, initial_arm
-from adaptivespec.controller.fleet import Tally
+from adaptivespec.controller.buckets import CONTEXT_BUCKETS, batch_bucket, context_bucket
+from adaptivespec.controller.cell import initial_arm
+from adaptivespec.controller.cell_table import CellKey, CellTable
+from adaptivespec.controller.decision_log import DecisionChange, DecisionLog
+from adaptivespec.controller.fleet import FleetTotals, FleetView, Tally, by_cell, pooled_positions
 from adaptivespec.controller.learning_settings import LearningSettings
-from adaptivespec.controller.neighbours import CellKey, nearest_decision, neighbourhood
+from adaptivespec.controller.operator_controls import OperatorControls
 from adaptivespec.controller.overrides import Override
+from adaptivespec.controller.persistence import (
+    Unsaved,
+    acceptance_states,
+    cell_state,
+    restored_arms,
+)
 from adaptivespec.controller.probe_share import ALONE
-from adaptivespec.controller.publication import publish_after_change, publish_cell
-from adaptivespec.controller.snapshot import LivePolicy, PolicySnapshot
+from adaptivespec.controller.publisher import Publisher
+from adaptivespec.controller.record_check import valid
+from adaptivespec.controller.report import CellDecision, decisions, exploration, thresholds
+from adaptivespec.controller.snapshot import LivePolicy
 from adaptivespec.controller.stall_tail import StallTail
+from adaptivespec.controller.state import ControlChanges, ControllerState
 from adaptivespec.engine.telemetry import StepTelemetry
 
 INITIAL_SLOPE = 0.15  # relative cost of one more draft token, before anything is measured
@@ -44,31 +46,6 @@ SIM_METHODS = ("draft",)  # the simulator's one drafter: what a controller learn
 class ControllerConfig:
     settings: LearningSettings = field(default_factory=LearningSettings)
     history_limit: int = 10_000  # decision changes kept in memory until the store takes them
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionChange:
-    ctx_bucket: int  # -1 for changes that are not one cell's
-    batch_bucket: int
-    old_k: int
-    new_k: int
-    reason: str
-    version: int
-    at: float
-    old_method: str = ""  # the drafters of old_k and new_k ("" at K = 0)
-    new_method: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class CellDecision:
-    ctx_bucket: int
-    batch_bucket: int
-    k: int
-    samples: int  # steps this host measured
-    confidence: float
-    fleet_samples: int = 0  # steps other hosts measured (and this host before its restart)
-    hosts: int = 1  # hosts whose steps stand behind the decision
-    method: str = ""  # the drafter at k ("" at K = 0)
 
 
 class Controller:
@@ -85,67 +62,64 @@ class Controller:
         self.config = config or ControllerConfig()
         self.methods = methods
         self.arms = arm_space(methods, self.config.settings.arms)
-        self.version = 0  # bumps on every decision change and operator action
-        self.frozen = False
-        self.overrides: tuple[Override, ...] = ()
         self.ingested = 0
         self.rejected = 0
-        self.history: deque[DecisionChange] = deque(maxlen=self.config.history_limit)
-        self.dirty: set[CellKey] = set()  # cells whose statistics changed since the last save
-        self.cells: dict[CellKey, Cell] = {}
+        self.cells = CellTable(self.config.settings, self.arms)
+        self.controls = OperatorControls(max(self.config.settings.arms), methods)
+        self.log = DecisionLog(self.config.history_limit)
         self.tally: Tally | None = None  # this host's totals for the fleet, when it pools with one
         self.share = ALONE  # this host's share of new cells' probes, as of the last fleet view
         self.acceptance = self._new_acceptance()
         self.stalls = StallTail()  # how much slower this machine's slow steps are, over every cell
         self.start_arm = initial_arm(self.arms, self.acceptance_of(0), INITIAL_SLOPE)
-        self.live = LivePolicy(PolicySnapshot.uniform(self.start_arm))
+        self.publisher = Publisher(
+            self.cells,
+            self.controls,
+            self.log,
+            arms=self.arms,
+            prior=self.start_arm,
+            acceptance_of=self.acceptance_of,
+        )
 
     def ingest(self, record: StepTelemetry) -> bool:
         """Learns from one step; returns False (and counts it) if the record is invalid."""
-        if not _valid(record):
+        if not valid(record):
             self.rejected += 1
             return False
         self.ingested += 1
-        if self.frozen:
+        if self.controls.frozen:
             return True
         key = (context_bucket(int(record.mean_context_len)), batch_bucket(record.batch_size))
         ran = arm(self.drafter(record.method), record.k) if self.methods else OFF
         estimator = self.acceptance.get(ran.method)
         if estimator is not None:
             estimator.observe(key[0], ran.k, record.batch_size, record.kept_at_least)
-        cell = self.cell(key)
+        cell = self.cells.cell(key, self.start_arm)
         if ran in cell.arms:  # credited to the arm chosen, whatever the drafter found
             tokens_per_row = record.emitted / record.batch_size
-            # The arm's own cost, without switching's: that one is the switch's (cell.observe_switch).
+            # The arm's own cost, without switching's: that one is the switch's (observe_switch).
             seconds = record.step_seconds - record.catch_up_seconds
-            typical = cell.typical_seconds(ran)
+            typical = cell.evidence.typical_seconds(ran)
             if typical is not None:
                 self.stalls.observe(seconds, typical)
-            cell.observe(ran, tokens_per_row, seconds)
+            cell.evidence.observe(ran, tokens_per_row, seconds)
             if record.catch_up_tokens:
-                cell.observe_switch(ran.method, record.catch_up_seconds)
-            self.dirty.add(key)
+                cell.evidence.observe_switch(ran.method, record.catch_up_seconds)
+            self.cells.changed(key)
             if self.tally is not None:
                 where, rows = (key[0], key[1], ran.method, ran.k), record.batch_size
                 self.tally.record(where, tokens_per_row, seconds, rows, record.kept_at_least)
         decided_before = cell.decided
-        around = partial(neighbourhood, self.cells, key)
-        cell.next_k(self.acceptance_of(key[0]), around, self.share.turned(sum(key)), self.stalls.tail)
+        around = lambda: self.cells.neighbourhood(key)  # noqa: E731 - asked only on a re-prune
+        running = cell.next_k(
+            self.acceptance_of(key[0]), around, self.share.turned(sum(key)), self.stalls.tail
+        )
         if cell.decided != decided_before:
-            self._record_change(key, decided_before, cell.decided)
-            publish_after_change(self, key[0])  # unvisited cells may borrow the new decision
+            self.log.learned(key, decided_before, cell.decided)
+            self.publisher.after_change(key[0])  # unvisited cells may borrow the new decision
         else:
-            publish_cell(self, key)
+            self.publisher.cell(key, running)
         return True
-
-    def cell(self, key: CellKey) -> Cell:
-        cell = self.cells.get(key)
-        if cell is None:
-            cell = Cell(self.config.settings, self.arms)
-            borrowed = nearest_decision(self.cells, key)
-            cell.running = cell.decided = self.start_arm if borrowed is None else borrowed
-            self.cells[key] = cell
-        return cell
 
     def drafter(self, named: str) -> str:
         """The drafter a record names; an unnamed one (a runner with one drafter, or a row saved
@@ -164,75 +138,165 @@ class Controller:
             method: AcceptanceEstimator(len(CONTEXT_BUCKETS), positions=positions) for method in self.methods
         }
 
-    def _record_change(self, key: CellKey, old: Arm, new: Arm) -> None:
-        self.version += 1
-        change = DecisionChange(
-            key[0], key[1], old.k, new.k, "learned", self.version, time.time(), old.method, new.method
-        )
-        self.history.append(change)
+    # ---- what the engine and operators read ----------------------------------------------
+    @property
+    def live(self) -> LivePolicy:
+        return self.publisher.live
 
-    def record_event(self, reason: str) -> None:
-        """An operator action: a new policy version and a history entry that is not one cell's."""
-        self.version += 1
-        self.history.append(DecisionChange(-1, -1, -1, -1, reason, self.version, time.time()))
+    @property
+    def version(self) -> int:
+        return self.log.version
 
-    def forget(self) -> None:
-        """Drops every cell and acceptance estimate (see `operator.reset`)."""
-        self.cells.clear()
-        self.dirty.clear()
-        self.acceptance = self._new_acceptance()
-        self.live.snapshot = PolicySnapshot.uniform(self.start_arm, self.version)
+    @property
+    def frozen(self) -> bool:
+        return self.controls.frozen
 
-    # ---- what operators see ------------------------------------------------------------
+    @property
+    def overrides(self) -> tuple[Override, ...]:
+        return self.controls.overrides
+
     def decisions(self) -> list[CellDecision]:
-        """The informed cells' decisions (measured here, restored from the store, or from the
-        fleet), with how sure each is."""
-        out = []
-        for (ctx, batch), cell in sorted(self.cells.items()):
-            if not cell.informed:
-                continue
-            pooled = sum(s.count for s in cell.fleet.values())
-            hosts = (1 if cell.samples else 0) + cell.fleet_hosts
-            confidence = cell.confidence(self.acceptance_of(ctx))
-            decided = cell.decided
-            out.append(
-                CellDecision(ctx, batch, decided.k, cell.samples, confidence, pooled, hosts, decided.method)
-            )
-        return out
+        """The informed cells' decisions, with how sure each is (report.py)."""
+        return decisions(self.cells, self.acceptance_of)
 
     def thresholds(self) -> dict[int, int | None]:
-        """Per context bucket: smallest batch size from which every larger visited bucket decides K=0."""
-        per_ctx: dict[int, list[tuple[int, int]]] = {}
-        for d in self.decisions():
-            per_ctx.setdefault(d.ctx_bucket, []).append((d.batch_bucket, d.k))
-        return {
-            ctx: crossover([(BATCH_BUCKETS[b], k) for b, k in sorted(rows)]) for ctx, rows in per_ctx.items()
-        }
+        """Per context bucket: the batch size from which every larger visited bucket decides K=0."""
+        return thresholds(self.decisions())
 
     def exploration(self) -> dict[str, float]:
-        """How many steps went to arms the measurements already showed to be worse than the decision."""
-        pulls = sum(c.pulls for c in self.cells.values())
-        dominated = sum(c.dominated_pulls for c in self.cells.values())
-        return {
-            "steps": float(pulls),
-            "dominated_steps": float(dominated),
-            "dominated_share": dominated / max(pulls, 1),
-        }
+        """Steps spent on arms the measurements already showed to be worse than the decision."""
+        return exploration(self.cells)
 
+    # ---- operator controls: each applied live and recorded in the history ---------------------
+    def set_overrides(self, overrides: tuple[Override, ...], reason: str = "override") -> None:
+        self.controls.set_overrides(overrides)
+        self._operator_event(f"{reason}: {len(overrides)} active")
 
-def _valid(record: StepTelemetry) -> bool:
-    times = (record.step_seconds, record.draft_seconds, record.verify_seconds, record.catch_up_seconds)
-    if not all(math.isfinite(t) and t >= 0 for t in times) or record.step_seconds <= 0:
-        return False
-    if record.catch_up_tokens < 0 or record.catch_up_seconds >= record.step_seconds:
-        return False
-    if record.batch_size < 1 or record.k < 0 or record.emitted < 1:
-        return False
-    if not math.isfinite(record.mean_context_len) or record.mean_context_len < 0:
-        return False
-    if not 0 <= record.width <= record.k or len(record.kept_at_least) != record.width:
-        return False
-    kept = (record.batch_size, *record.kept_at_least)
-    if any(later < 0 or later > earlier for earlier, later in itertools.pairwise(kept)):
-        return False  # rows keeping j drafts are a subset of those keeping j - 1
-    return 0 <= record.accepted <= record.drafted and sum(record.kept_at_least) == record.accepted
+    def add_override(self, override: Override, reason: str = "override") -> None:
+        """Adds one override, replacing any with the same scope, so repeated pins do not pile up."""
+        self.set_overrides(self.controls.with_override(override), reason)
+
+    def freeze(self, frozen: bool) -> None:
+        """Frozen, the engine runs each cell's decision and nothing is learned or explored."""
+        self.controls.freeze(frozen)
+        self._operator_event("frozen" if frozen else "unfrozen")
+
+    def adopt_controls(self, frozen: bool, overrides: tuple[Override, ...], reason: str) -> None:
+        """The freeze and overrides another host of the fleet set: applied, not this host's change."""
+        self.controls.adopt(frozen, overrides)
+        self._operator_event(reason)
+
+    def reset(self) -> None:
+        """Forgets everything learned for this model and hardware (overrides stay)."""
+        self.cells.clear()
+        self.acceptance = self._new_acceptance()
+        self.log.event("reset")
+        self.publisher.restart()
+
+    def _operator_event(self, reason: str) -> None:
+        self.log.event(reason)
+        self.publisher.everything()
+
+    # ---- the fleet ----------------------------------------------------------------------
+    def pool(self, tally: Tally) -> None:
+        """From now on, this host's totals also go to `tally`, for the fleet."""
+        self.tally = tally
+
+    def stepping_young_cells(self, young_steps: int) -> bool:
+        """Whether a cell stepped since the last flush has fewer than `young_steps` steps, here
+        and across the fleet: the host then syncs fast (sync_cadence.py)."""
+        stepped = self.tally.changed_cells() if self.tally is not None else set()
+        return any(key in self.cells and self.cells[key].evidence.steps < young_steps for key in stepped)
+
+    def fold(self, view: FleetView) -> None:
+        """Puts what other hosts (and this host's earlier lives: its tally's baseline) measured
+        beside the cells' own measurements; a cell only the fleet visited decides from the
+        fleet's data. Republishing walks every cell (milliseconds on the event loop), so it
+        happens only when a decision changed."""
+        before = self._informed_decisions()
+        self.share = replace(view.share, refreshes=self.share.refreshes + 1)
+        evidence = view.totals.plus(self.tally.baseline if self.tally is not None else FleetTotals())
+        cells = by_cell(evidence, self.drafter, self.arms)
+        for key, arms in cells.items():
+            busiest = max(arms.values(), key=lambda t: t.steps)
+            seconds = {a: totals.seconds() for a, totals in arms.items()}
+            self.cells.cell(key, self.start_arm).set_fleet(
+                seconds, view.hosts_by_cell.get(key, 0), busiest.reward_mean
+            )
+        positions = pooled_positions(evidence.acceptance)
+        for method, estimator in self.acceptance.items():
+            estimator.pool(
+                {(ctx, j): rows for (ctx, m, j), rows in positions.items() if self.drafter(m) == method}
+            )
+        for key in cells:
+            cell = self.cells[key]
+            if not cell.evidence.samples:
+                cell.adopt(self.acceptance_of(key[0]))
+        if self._informed_decisions() != before:
+            self.publisher.everything()
+
+    def _informed_decisions(self) -> dict[CellKey, tuple[bool, Arm]]:
+        return {key: (cell.informed, cell.decided) for key, cell in self.cells.items()}
+
+    # ---- persistence ----------------------------------------------------------------------
+    def export_state(
+        self, keys: frozenset[CellKey] | None = None, changed: ControlChanges | None = None
+    ) -> ControllerState:
+        """Every cell (or those in `keys`), the acceptance rates, overrides, version and freeze;
+        `changed`: which controls a save writes (default: those changed here and not yet taken)."""
+        chosen = sorted(self.cells if keys is None else keys & self.cells.keys())
+        confidence = {(d.ctx_bucket, d.batch_bucket): d.confidence for d in self.decisions()}
+        cells = tuple(cell_state(key, self.cells[key], confidence.get(key, 0.0)) for key in chosen)
+        controls = self.controls
+        return ControllerState(
+            self.model_key,
+            self.hardware_key,
+            self.version,
+            controls.frozen,
+            cells,
+            acceptance_states(self.acceptance),
+            controls.overrides,
+            controls.pending if changed is None else changed,
+        )
+
+    def take_unsaved(self) -> Unsaved:
+        """What the next save must write; the controller forgets it until `give_back`."""
+        cells = self.cells.take_changed()
+        state = self.export_state(cells, self.controls.take_changes())
+        return Unsaved(state, self.log.take(), cells)
+
+    def give_back(self, unsaved: Unsaved) -> None:
+        """After a failed save: all of it is unsaved again, the history oldest first."""
+        self.cells.give_back(unsaved.cells)
+        self.log.give_back(unsaved.history)
+        self.controls.give_back(unsaved.state.changed)
+
+    def history(self) -> tuple[DecisionChange, ...]:
+        """The decision changes not yet saved, oldest first."""
+        return tuple(self.log)
+
+    def restore(self, state: ControllerState, statistics: bool = True) -> None:
+        """Loads learned state and publishes it before the first step: a warm restart does not
+        re-explore. `statistics=False` is for a host that pools with a fleet: the shared cell
+        rows hold the statistics of whichever host wrote last, while the fleet's totals hold
+        every host's steps, so only the decisions are taken here (the fleet's evidence then
+        moves them, with hysteresis)."""
+        for saved in state.cells:
+            cell = self.cells.cell((saved.ctx_bucket, saved.batch_bucket), self.start_arm)
+            cell.restore(self._known(saved.decided_method, saved.decided))
+            if statistics:
+                cell.evidence.restore(saved.samples, saved.reward_scale, restored_arms(saved, self._known))
+        for acc in state.acceptance:
+            estimator = self.acceptance.get(self.drafter(acc.method))
+            if estimator is not None:
+                estimator.seed(acc.ctx_bucket, acc.rates)
+        self.log.restore(state.version)
+        self.controls.adopt(state.frozen, state.overrides)
+        self.cells.take_changed()
+        self.publisher.everything()
+
+    def _known(self, method: str, k: int) -> Arm | None:
+        """A saved arm, if this controller can run it. Rows saved before drafters were named carry
+        no method: they are the first drafter's (a model key names one set of drafters)."""
+        saved = arm(self.drafter(method), k)
+        return saved if saved in self.arms else None

@@ -12,17 +12,12 @@ counted twice, however often the view is refreshed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 
 from adaptivespec.controller.arms import Arm, arm
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
-from adaptivespec.controller.publication import republish
 from adaptivespec.controller.stats import EWStat
-
-if TYPE_CHECKING:
-    from adaptivespec.controller.controller import Controller
 
 ArmKey = tuple[int, int, str, int]  # (context bucket, batch bucket, drafter ("" at K = 0), K)
 PositionKey = tuple[int, str, int]  # (context bucket, drafter, draft position from 1)
@@ -178,47 +173,22 @@ class Tally:
         return self._acceptance[pos].plus(self.baseline.acceptance.get(pos, PositionTotals()))
 
 
-def fold(controller: Controller, view: FleetView) -> None:
-    """Puts what other hosts (and this host's earlier lives: its tally's baseline) measured beside
-    the cells' own measurements, then publishes: a cell only the fleet visited decides from the
-    fleet's data.
-
-    Republishing walks every cell (unvisited ones search for a neighbour to borrow from), which
-    costs milliseconds on the event loop, so it happens only when a decision changed here.
-    """
-    published_before = _decisions(controller)
-    controller.share = replace(view.share, refreshes=controller.share.refreshes + 1)
-    earlier_lives = controller.tally.baseline if controller.tally is not None else FleetTotals()
-    evidence = view.totals.plus(earlier_lives)
-    by_cell: dict[tuple[int, int], dict[Arm, ArmTotals]] = {}
-    for (ctx, batch, method, k), totals in evidence.arms.items():
-        where = arm(controller.drafter(method), k)
-        if where in controller.arms and totals.steps > 0:
-            by_cell.setdefault((ctx, batch), {})[where] = totals
-    for key, arms in by_cell.items():
-        cell = controller.cell(key)
-        cell.set_fleet({k: t.seconds() for k, t in arms.items()}, view.hosts_by_cell.get(key, 0))
-        if cell.scale <= 0.0:
-            busiest = max(arms.values(), key=lambda t: t.steps)
-            cell.scale = busiest.reward_mean
-    positions = _positions(evidence.acceptance)
-    for method, estimator in controller.acceptance.items():
-        estimator.pool(
-            {(ctx, j): rows for (ctx, m, j), rows in positions.items() if controller.drafter(m) == method}
-        )
-    for key in by_cell:
-        cell = controller.cells[key]
-        if not cell.samples:
-            cell.adopt(controller.acceptance_of(key[0]))
-    if _decisions(controller) != published_before:
-        republish(controller)
+def by_cell(
+    totals: FleetTotals, drafter: Callable[[str], str], arms: Collection[Arm]
+) -> dict[tuple[int, int], dict[Arm, ArmTotals]]:
+    """The arm totals per (context bucket, batch bucket), of the arms among `arms`;
+    `drafter` names a row's drafter (rows saved before drafters were named carry none)."""
+    out: dict[tuple[int, int], dict[Arm, ArmTotals]] = {}
+    for (ctx, batch, method, k), arm_totals in totals.arms.items():
+        where = arm(drafter(method), k)
+        if where in arms and arm_totals.steps > 0:
+            out.setdefault((ctx, batch), {})[where] = arm_totals
+    return out
 
 
-def _decisions(controller: Controller) -> dict[tuple[int, int], tuple[bool, Arm]]:
-    return {key: (cell.informed, cell.decided) for key, cell in controller.cells.items()}
-
-
-def _positions(acceptance: Mapping[PositionKey, PositionTotals]) -> dict[PositionKey, tuple[float, float]]:
+def pooled_positions(
+    acceptance: Mapping[PositionKey, PositionTotals],
+) -> dict[PositionKey, tuple[float, float]]:
     """(kept, at risk) per position, scaled down where the fleet has more than MAX_POOLED_ROWS."""
     out = {}
     for pos, counts in acceptance.items():

@@ -41,6 +41,18 @@ class AcceptanceState:
 
 
 @dataclass(frozen=True, slots=True)
+class ControlChanges:
+    """Which operator controls were changed on this host since its last save: a save writes
+    only those, so that no host writes back a freeze or overrides another host replaced."""
+
+    frozen: bool = False
+    overrides: bool = False
+
+    def __or__(self, other: ControlChanges) -> ControlChanges:
+        return ControlChanges(self.frozen or other.frozen, self.overrides or other.overrides)
+
+
+@dataclass(frozen=True, slots=True)
 class ControllerState:
     model_key: str
     hardware_key: str
@@ -49,3 +61,4 @@ class ControllerState:
     cells: tuple[CellState, ...]
     acceptance: tuple[AcceptanceState, ...]
     overrides: tuple[Override, ...]
+    changed: ControlChanges = ControlChanges()  # of `frozen` and `overrides`: what a save writes

@@ -8,21 +8,14 @@ the fleet, it flushes and refreshes at that pace, sharing the exploration as it 
 load this adds ends by itself: evidence is counted over the whole fleet, so the more hosts
 there are, the sooner every cell is past `young_steps`. The default pace, 10 ms, is under one
 GPU decode step: hosts that start a cell together then see each other's probes a step or
-two later. At 50 ms they held the best arm of their own share for most of a 10-step window.
+two later (docs/results.md has what a slower pace cost).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from adaptivespec.errors import ConfigError
-
-if TYPE_CHECKING:
-    from adaptivespec.controller.controller import Controller
-
-CellKey = tuple[int, int]  # (context bucket, batch bucket)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,23 +58,15 @@ class SyncCadence:
         return self.flush_seconds, self.refresh_seconds
 
     def due(
-        self, controller: Controller, now: float, last_flush: float | None, last_refresh: float | None
+        self, learning: bool, now: float, last_flush: float | None, last_refresh: float | None
     ) -> SyncDue:
-        """One look, at time `now` (the daemon's wall clock, or a benchmark host's virtual one)."""
-        tally = controller.tally
-        learning = self.learning(controller, tally.changed_cells() if tally is not None else ())
+        """One look, at time `now` (the daemon's wall clock, or a benchmark host's virtual one);
+        `learning`: a cell the host stepped since its last flush is young
+        (`Controller.stepping_young_cells`)."""
         flush_every, refresh_every = self.intervals(learning)
         return SyncDue(
             learning, _elapsed(last_flush, now, flush_every), _elapsed(last_refresh, now, refresh_every)
         )
-
-    def learning(self, controller: Controller, stepped: Iterable[CellKey]) -> bool:
-        """Whether a cell stepped since the last flush has too little evidence in the fleet yet."""
-        return any(self._young(controller, key) for key in stepped)
-
-    def _young(self, controller: Controller, key: CellKey) -> bool:
-        cell = controller.cells.get(key)
-        return cell is not None and cell.evidence_steps < self.young_steps
 
 
 def _elapsed(last: float | None, now: float, every: float) -> bool:

@@ -27,11 +27,11 @@ from typing import Any
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from adaptivespec.controller import operator
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
-from adaptivespec.controller.controller import Controller, DecisionChange
+from adaptivespec.controller.controller import Controller
+from adaptivespec.controller.decision_log import DecisionChange
 from adaptivespec.controller.overrides import Override
-from adaptivespec.controller.publication import PublishedCell, published_cells
+from adaptivespec.controller.publisher import PublishedCell
 from adaptivespec.errors import ConfigError
 from adaptivespec.server.protocol import ApiError, parse_json
 from adaptivespec.server.state import CONFIG, SERVICES
@@ -114,7 +114,7 @@ def _threshold_rows(controller: Controller, max_context: int, max_batch: int) ->
     thresholds = controller.thresholds()
     measured = {(d.ctx_bucket, d.batch_bucket): d for d in controller.decisions()}
     rows: dict[int, dict[str, Any]] = {}
-    for cell in published_cells(controller, max_context, max_batch):
+    for cell in controller.publisher.published(max_context, max_batch):
         row = rows.setdefault(
             cell.ctx_bucket,
             {
@@ -164,7 +164,7 @@ async def decisions(request: web.Request) -> web.Response:
     offset = _int_query(request, "offset", 0, 0, 10**9)
     controller = services.controller
     keys = (controller.model_key, controller.hardware_key)
-    unsaved = [_history_row(keys, change) for change in reversed(controller.history)]
+    unsaved = [_history_row(keys, change) for change in reversed(controller.history())]
     page = unsaved[offset : offset + limit]
     stored_offset = max(0, offset - len(unsaved))
     try:
@@ -239,7 +239,7 @@ async def add_override(request: web.Request) -> web.Response:
     try:
         kind: Any = body.get("kind")
         override = Override(kind, body.get("k"), body.get("ctx_bucket"), body.get("batch_bucket"), method)
-        operator.add_override(controller, override, reason=f"admin: {override.kind}")
+        controller.add_override(override, reason=f"admin: {override.kind}")
     except ConfigError as exc:
         raise ApiError(400, str(exc)) from exc
     return web.json_response(
@@ -252,7 +252,7 @@ async def add_override(request: web.Request) -> web.Response:
 
 async def clear_overrides(request: web.Request) -> web.Response:
     controller = request.app[SERVICES].controller
-    operator.set_overrides(controller, (), reason="admin: clear")
+    controller.set_overrides((), reason="admin: clear")
     return web.json_response({"overrides": [], "policy_version": controller.version})
 
 
@@ -262,7 +262,7 @@ async def freeze(request: web.Request) -> web.Response:
     if not isinstance(frozen, bool) or set(body) - {"frozen"}:
         raise ApiError(400, 'body must be {"frozen": true|false}', param="frozen")
     controller = request.app[SERVICES].controller
-    operator.freeze(controller, frozen)
+    controller.freeze(frozen)
     return web.json_response({"frozen": frozen, "policy_version": controller.version})
 
 
@@ -273,7 +273,7 @@ async def page(request: web.Request) -> web.Response:
     thresholds = controller.thresholds()
     head = "".join(f"<th>{html.escape(b.label)}</th>" for b in BATCH_BUCKETS if b.lo <= max_batch)
     rows: dict[int, list[str]] = {}
-    for cell in published_cells(controller, request.app[CONFIG].engine.max_context, max_batch):
+    for cell in controller.publisher.published(request.app[CONFIG].engine.max_context, max_batch):
         named = len(controller.methods) > 1  # which drafter is worth a word only when there is a choice
         rows.setdefault(cell.ctx_bucket, []).append(_heat_cell(cell, thresholds.get(cell.ctx_bucket), named))
     body = [

@@ -16,6 +16,7 @@ from adaptivespec.config import ServeConfig
 from adaptivespec.controller import persistence
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.learning_settings import LearningSettings
+from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
@@ -121,12 +122,12 @@ async def runtime(app: web.Application) -> AsyncIterator[None]:
     async def flush() -> None:
         """Saves what changed since the last save; if the save fails, all of it is kept for the next."""
         async with lock:
-            unsaved = persistence.take_unsaved(controller)
+            unsaved = controller.take_unsaved()
             state = unsaved.state if fleet is None else persistence.decisions_only(unsaved.state)
             try:
                 await run_to_the_end(store.save, state, unsaved.history)
             except Exception:
-                persistence.give_back(controller, unsaved)
+                controller.give_back(unsaved)
                 raise
 
     await engine.start()
@@ -167,7 +168,7 @@ async def _learner(config: ServeConfig, runner: Runner, store: Store) -> tuple[C
     )
     saved = store.load(runner.model_key, runner.hardware_key)
     if saved is not None:
-        persistence.restore(controller, saved, statistics=not pooling)  # applied before the first step
+        controller.restore(saved, statistics=not pooling)  # applied before the first step
     if not pooling:
         return controller, None
     repository = FleetRepository(store.engine)
@@ -176,7 +177,12 @@ async def _learner(config: ServeConfig, runner: Runner, store: Store) -> tuple[C
         controller,
         repository,
         host_id,
-        config.sync_cadence,
+        SyncCadence(
+            config.flush_seconds,
+            config.fleet_refresh_seconds,
+            config.fleet_learning_sync_seconds,
+            config.fleet_young_cell_steps,
+        ),
         operator_state=lambda: store.operator_state(*keys),
     )
     await fleet.start()

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from adaptivespec.controller import operator
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.fleet import Tally, fold
+from adaptivespec.controller.fleet import Tally
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.sync_cadence import SyncCadence
@@ -95,7 +94,7 @@ class FleetSync:
         """Reads what this host id flushed before, says it is live, then folds in the fleet's
         view before the first step, so a new host starts from what the others learned, and
         hosts that start together split the probes of the cells they meet together."""
-        self.controller.tally = Tally(await asyncio.to_thread(self.repository.own, self.key))
+        self.controller.pool(Tally(await asyncio.to_thread(self.repository.own, self.key)))
         await self.flush()
         await self.refresh()
 
@@ -116,7 +115,8 @@ class FleetSync:
     async def sync(self) -> None:
         """A flush, a refresh, both or neither: fast while a cell served lately is young."""
         status = self.status
-        due = self.cadence.due(self.controller, time.time(), status.last_flush_at, status.last_refresh_at)
+        learning = self.controller.stepping_young_cells(self.cadence.young_steps)
+        due = self.cadence.due(learning, time.time(), status.last_flush_at, status.last_refresh_at)
         status.learning = due.learning
         if due.flush:
             await self.flush()
@@ -141,7 +141,7 @@ class FleetSync:
     async def refresh(self) -> None:
         began = time.perf_counter()
         view = await asyncio.to_thread(self.repository.pooled, self.key, self.cadence.live_seconds)
-        fold(self.controller, view)
+        self.controller.fold(view)
         if self.operator_state is not None:
             self._adopt(await asyncio.to_thread(self.operator_state))
         self.status.refresh_seconds = time.perf_counter() - began
@@ -158,10 +158,20 @@ class FleetSync:
             return
         (frozen, overrides), (seen_frozen, seen_overrides) = shared, self._seen
         self._seen = shared
-        if frozen not in (seen_frozen, self.controller.frozen):
-            operator.freeze(self.controller, frozen)
-        if overrides not in (seen_overrides, self.controller.overrides):
-            operator.set_overrides(self.controller, overrides, reason="fleet: overrides")
+        controller = self.controller
+        new_freeze = frozen not in (seen_frozen, controller.frozen)
+        new_overrides = overrides not in (seen_overrides, controller.overrides)
+        changes = []
+        if new_freeze:
+            changes.append("frozen" if frozen else "unfrozen")
+        if new_overrides:
+            changes.append(f"overrides: {len(overrides)} active")
+        if changes:
+            controller.adopt_controls(
+                frozen if new_freeze else controller.frozen,
+                overrides if new_overrides else controller.overrides,
+                "fleet: " + ", ".join(changes),
+            )
 
     def _delay(self) -> float:
         if not self.status.failures:

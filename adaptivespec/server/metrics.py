@@ -13,7 +13,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.publication import published_cells
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.records import EngineTotals
 from adaptivespec.engine.telemetry import StepTelemetry, Subscription
@@ -130,7 +129,7 @@ class Metrics:
         self.telemetry_dropped.set(engine.telemetry.dropped)
         self.policy_version.set(controller.live.snapshot.version)
         self.method.clear()  # a bucket's drafter changed: its old series goes
-        for cell in published_cells(controller, engine.config.max_context, engine.scheduler.max_batch):
+        for cell in controller.publisher.published(engine.config.max_context, engine.scheduler.max_batch):
             labels = (CONTEXT_BUCKETS[cell.ctx_bucket].label, BATCH_BUCKETS[cell.batch_bucket].label)
             self.k.labels(*labels).set(cell.decided.k)
             self.method.labels(*labels, cell.decided.method).set(1)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from adaptivespec.controller import exports
-from adaptivespec.controller.controller import SIM_METHODS, CellDecision, Controller, ControllerConfig
-from adaptivespec.controller.fleet import fold
+from adaptivespec.controller.controller import SIM_METHODS, Controller, ControllerConfig
+from adaptivespec.controller.report import CellDecision
 from adaptivespec.store.fleet import FleetKey, FleetRepository
 from adaptivespec.store.repository import ThresholdRow
 
@@ -32,7 +32,7 @@ def pooled_thresholds(engine: Engine) -> list[ThresholdRow]:
         named = sorted({method for (_, _, method, k) in view.totals.arms if k > 0 and method})
         methods = exports.drafters_in(model) or tuple(named) or SIM_METHODS
         controller = Controller(model, hardware, ControllerConfig(), methods)
-        fold(controller, view)
+        controller.fold(view)
         updated = max(h.last_flush_at for h in hosts if (h.model_key, h.hardware_key) == (model, hardware))
         rows.extend(_rows(controller, updated))
     return rows
@@ -61,4 +61,4 @@ def _rewards(controller: Controller, key: tuple[int, int]) -> dict[tuple[str, in
     """Each measured arm's expected tokens per row per second in one cell."""
     cell = controller.cells[key]
     predicted = cell.predictions(controller.acceptance_of(key[0]))
-    return {(arm.method, arm.k): reward * cell.scale for arm, reward in predicted.items()}
+    return {(arm.method, arm.k): reward * cell.evidence.scale for arm, reward in predicted.items()}

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from adaptivespec.controller.acceptance import AcceptanceRates
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, crossover
-from adaptivespec.controller.controller import DecisionChange
+from adaptivespec.controller.decision_log import DecisionChange
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.single_drafter import Option, method_options
 from adaptivespec.controller.state import AcceptanceState, ArmState, CellState, ControllerState
@@ -109,10 +109,6 @@ class Store:
         """`migrate=False` opens for reading: it refuses a database that is not at the current
         schema instead of migrating it."""
         self.engine = engine or make_engine(url, create=migrate)
-        # The override set last read or written per (model, hardware): a flush rewrites it only
-        # when this process changed it, so hosts of a fleet do not erase each other's overrides.
-        self._overrides: dict[tuple[str, str], tuple[Override, ...]] = {}
-        self._frozen: dict[tuple[str, str], bool] = {}  # likewise, the freeze
         try:
             if migrate:
                 upgrade(self.engine)
@@ -155,8 +151,6 @@ class Store:
                     )
                 ),
             )
-        self._overrides[(model_key, hardware_key)] = state.overrides
-        self._frozen[(model_key, hardware_key)] = state.frozen
         return state
 
     def operator_state(self, model_key: str, hardware_key: str) -> tuple[bool, tuple[Override, ...]] | None:
@@ -170,26 +164,19 @@ class Store:
                 _keyed(select(OverrideRow), OverrideRow, model_key, hardware_key).order_by(OverrideRow.id)
             )
             overrides = tuple(Override(r.kind, r.k, r.ctx_bucket, r.batch_bucket, r.method) for r in rows)
-        keys = (model_key, hardware_key)
-        self._frozen[keys], self._overrides[keys] = bool(policy.frozen), overrides
         return bool(policy.frozen), overrides
 
-    def _policy_row(self, session: Session, state: ControllerState, now: datetime) -> dict[str, object]:
+    @staticmethod
+    def _policy_row(session: Session, state: ControllerState, now: datetime) -> dict[str, object]:
         """The shared policy row: the version never goes back (hosts of a fleet count their own
-        versions), and the freeze is written only when this process changed it (an operator's
-        action here), so that one host's flush never undoes a freeze set on another."""
+        versions), and the freeze is written only when an operator changed it on the saving
+        host (`state.changed`), so that one host's flush never undoes a freeze set on another."""
         keys = (state.model_key, state.hardware_key)
         stored = session.scalar(_keyed(select(PolicyState), PolicyState, *keys).with_for_update())
-        row: dict[str, object] = {
-            "version": max(state.version, stored.version if stored else 0),
-            "updated_at": now,
-        }
-        if stored is None or self._frozen.get(keys, bool(stored.frozen)) != state.frozen:
-            row["frozen"] = int(state.frozen)
-        else:
-            row["frozen"] = int(stored.frozen)
-        self._frozen[keys] = bool(row["frozen"])
-        return row
+        if stored is None:
+            return {"version": state.version, "updated_at": now, "frozen": int(state.frozen)}
+        frozen = state.frozen if state.changed.frozen else bool(stored.frozen)
+        return {"version": max(state.version, stored.version), "updated_at": now, "frozen": int(frozen)}
 
     @staticmethod
     def _cells(session: Session, model_key: str, hardware_key: str) -> tuple[CellState, ...]:
@@ -255,7 +242,7 @@ class Store:
                     for a in state.acceptance
                 ],
             )
-            overrides_changed = self._overrides.get(keys, ()) != state.overrides
+            overrides_changed = state.changed.overrides
             if overrides_changed:  # the set is replaced whole
                 session.execute(_keyed(delete(OverrideRow), OverrideRow, *keys))
             session.add_all(
@@ -286,7 +273,6 @@ class Store:
                 )
                 for h in history
             )
-        self._overrides[keys] = state.overrides
 
     def thresholds(self) -> list[ThresholdRow]:
         with Session(self.engine) as session:

@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 
 from adaptivespec.bench.oracle import baseline_policies, oracle_from_sweep, ratio_to_oracle, summarise
-from adaptivespec.controller import operator
 from adaptivespec.controller.arms import arm
 from adaptivespec.controller.buckets import batch_bucket, context_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
@@ -76,16 +75,16 @@ def test_overrides_apply_to_the_next_lookup() -> None:
         controller.ingest(_record())
     ctx, batch = context_bucket(300), batch_bucket(8)
     elsewhere = controller.live.k_for(1, 300)
-    operator.set_overrides(controller, (Override("pin", 5, ctx, batch),))
+    controller.set_overrides((Override("pin", 5, ctx, batch),))
     assert controller.live.k_for(8, 300) == 5
     assert controller.live.k_for(1, 300) == elsewhere  # a pin applies to its own cell only
-    operator.set_overrides(controller, (Override("force_off"),))
+    controller.set_overrides((Override("force_off"),))
     assert all(a.k == 0 for row in controller.live.snapshot.table for a in row)
-    operator.set_overrides(controller, (Override("force_off"), Override("pin", 3, ctx, batch)))
+    controller.set_overrides((Override("force_off"), Override("pin", 3, ctx, batch)))
     assert controller.live.k_for(8, 300) == 3  # the more specific override wins
-    operator.set_overrides(controller, (Override("force_on"),))
+    controller.set_overrides((Override("force_on"),))
     assert all(a.k > 0 for row in controller.live.snapshot.table for a in row)
-    operator.set_overrides(controller, ())
+    controller.set_overrides(())
     assert controller.live.k_for(8, 300) == controller.cells[(ctx, batch)].running.k
 
 
@@ -93,15 +92,15 @@ def test_freeze_stops_learning_and_reset_forgets() -> None:
     controller = Controller("m", "h")
     for _ in range(10):
         controller.ingest(_record())
-    operator.freeze(controller, True)
+    controller.freeze(True)
     table = controller.live.snapshot.table
     for _ in range(50):
         k = controller.live.k_for(8, 300)
         controller.ingest(_record(k=k, width=0, kept_at_least=(), drafted=0, accepted=0, emitted=8))
     assert controller.rejected == 0  # the records were taken, and still nothing was learned
     assert controller.live.snapshot.table == table
-    operator.freeze(controller, False)
-    operator.reset(controller)
+    controller.freeze(False)
+    controller.reset()
     assert not controller.cells and controller.live.snapshot.version == controller.version
 
 
@@ -146,8 +145,8 @@ def test_memory_is_bounded_by_cells_not_steps() -> None:
         for i in range(count):
             controller.ingest(records[i % len(records)])
             if i % 1000 == 0:
-                controller.history.clear()  # what the store's periodic flush does
-        controller.history.clear()
+                controller.log.take()  # what the store's periodic flush does
+        controller.log.take()
         gc.collect()
         return tracemalloc.get_traced_memory()[0]
 
@@ -164,7 +163,7 @@ def test_a_step_that_ran_plain_is_credited_to_the_k_that_was_chosen() -> None:
     plain = _record(k=8, width=0, drafted=0, accepted=0, emitted=8, kept_at_least=())
     assert controller.ingest(plain)
     cell = controller.cells[(context_bucket(300), batch_bucket(8))]
-    assert set(cell.seconds) == {arm("draft", 8)}
+    assert set(cell.evidence.seconds) == {arm("draft", 8)}
     drafts = controller.acceptance["draft"]
     assert (
         drafts.expected_tokens(context_bucket(300), 1) < drafts.rates(context_bucket(300)).first + 1.0 + 1e-9
@@ -180,7 +179,7 @@ def test_arms_stop_at_the_runner_limit() -> None:
     loop.run(controller.live, on_step=controller.ingest)
     assert {a.k for row in controller.live.snapshot.table for a in row} <= set(settings.arms)
     for cell in controller.cells.values():
-        assert {a.k for a in cell.seconds} <= set(settings.arms)
+        assert {a.k for a in cell.evidence.seconds} <= set(settings.arms)
         assert {a.k for a in cell.candidates} <= set(settings.arms)
     assert controller.live.k_for(1, 300) == 3  # high acceptance at batch 1: the largest K it may run
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from adaptivespec.cli import main
-from adaptivespec.controller import exports, persistence
+from adaptivespec.controller import exports
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, Bucket
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.exports import ExportError, KTable
@@ -221,7 +221,7 @@ def _learned_store(tmp_path: Path) -> str:
     short = Workload(load=phases, prompt_len=Range(32, 128), output_len=Range(32, 256))  # context <= 512
     SimLoop(cost, short, 0, "pair", "sim:h100").run(controller.live, on_step=controller.ingest)
     store = Store(url)
-    store.save(persistence.export_state(controller))
+    store.save(controller.export_state())
     store.close()
     return url
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from adaptivespec.config import EngineConfig
-from adaptivespec.controller import operator
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.task import run_controller
@@ -39,7 +38,7 @@ async def test_override_is_visible_in_the_next_steps_telemetry() -> None:
         requests = [asyncio.create_task(engine.generate("x" * 200, params)) for _ in range(4)]
         while controller.ingested < 20:
             await asyncio.sleep(0.001)
-        operator.set_overrides(controller, (Override("pin", 7),))
+        controller.set_overrides((Override("pin", 7),))
         pinned_at = engine.steps
         await asyncio.gather(*requests)
     finally:

@@ -67,11 +67,11 @@ def test_a_catch_up_is_charged_to_the_switch_not_to_the_arm() -> None:
             controller, run = _learn(machine, 8, seed)
             held[machine.catch_up_per_token] += _runs_of_drafting(run.ks)
             cell = next(iter(controller.cells.values()))
-            for arm, stat in cell.seconds.items():
+            for arm, stat in cell.evidence.seconds.items():
                 # A catch-up here costs 3x a step or more; stalls move a robust mean far less.
                 if stat.samples >= 12:
                     assert abs(stat.mean / machine.seconds(arm.k) - 1) <= 0.3, (seed, arm)
-            switch = cell.switch.get("draft")
+            switch = cell.evidence.switch.get("draft")
             if machine is costly and switch is not None and switch.count:
                 assert switch.mean >= 8 * 2 * costly.catch_up_per_token  # two steps missed, or more
     dear, cheap = held[costly.catch_up_per_token], held[free.catch_up_per_token]

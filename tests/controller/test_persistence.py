@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adaptivespec.controller import operator, persistence
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
@@ -25,10 +24,10 @@ def test_every_flush_saves_each_cell_whose_statistics_changed(tmp_path: Path) ->
     store = Store(f"sqlite:///{tmp_path}/s.db")
     controller = Controller("m", "h")
     _run(controller, (Phase(256, 400),))  # far past the threshold: K = 0 stays the decision
-    first = persistence.take_unsaved(controller)
+    first = controller.take_unsaved()
     store.save(first.state, first.history)
     _run(controller, (Phase(256, 100),), seed=1)  # more steps
-    second = persistence.take_unsaved(controller)
+    second = controller.take_unsaved()
     moved = {(h.ctx_bucket, h.batch_bucket) for h in second.history}
     assert second.cells - moved  # cells whose decision did not change are saved too
     assert len(second.state.cells) == len(second.cells)
@@ -37,22 +36,22 @@ def test_every_flush_saves_each_cell_whose_statistics_changed(tmp_path: Path) ->
     assert saved is not None
     for cell in saved.cells:
         live = controller.cells[(cell.ctx_bucket, cell.batch_bucket)]
-        assert cell.samples == live.samples
+        assert cell.samples == live.evidence.samples
         saved_arms = {(a.method, a.k): a.seconds_count for a in cell.arms}
-        assert saved_arms == {(a.method, a.k): s.count for a, s in live.seconds.items()}
-    assert persistence.take_unsaved(controller).cells == frozenset()  # nothing new, nothing to write
+        assert saved_arms == {(a.method, a.k): s.count for a, s in live.evidence.seconds.items()}
+    assert controller.take_unsaved().cells == frozenset()  # nothing new, nothing to write
 
 
 def test_a_failed_flush_loses_nothing_and_the_retry_writes_it_all(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path}/f.db")
     controller = Controller("m", "h")
     _run(controller, (Phase(1, 300), Phase(8, 300)))
-    changes = len(controller.history)
-    failed = persistence.take_unsaved(controller)
+    changes = len(controller.history())
+    failed = controller.take_unsaved()
     assert failed.cells and len(failed.history) == changes
     _run(controller, (Phase(64, 200),), seed=2)  # learning goes on while the save is failing
-    persistence.give_back(controller, failed)  # the save raised
-    retry = persistence.take_unsaved(controller)
+    controller.give_back(failed)  # the save raised
+    retry = controller.take_unsaved()
     assert failed.cells < retry.cells
     assert retry.history[: len(failed.history)] == failed.history  # oldest first, none lost
     store.save(retry.state, retry.history)
@@ -66,7 +65,8 @@ def test_a_failed_flush_loses_nothing_and_the_retry_writes_it_all(tmp_path: Path
 def test_a_fresh_controller_lends_its_decisions_to_unvisited_cells() -> None:
     controller = Controller("m", "h")
     _run(controller, (Phase(1, 600),), acceptance=0.9)
-    visited = sorted(ctx for (ctx, batch), cell in controller.cells.items() if batch == 0 and cell.samples)
+    cells = controller.cells.items()
+    visited = sorted(ctx for (ctx, batch), cell in cells if batch == 0 and cell.evidence.samples)
     decided = {ctx: controller.cells[(ctx, 0)].decided for ctx in visited}
     assert set(decided.values()) != {controller.start_arm}  # the sim's decisions differ from the prior
     for ctx in visited:
@@ -80,23 +80,23 @@ def test_a_warm_restart_resumes_the_decisions_without_exploring(tmp_path: Path) 
     store = Store(f"sqlite:///{tmp_path}/r.db")
     controller = Controller("m", "h")
     _run(controller, (Phase(1, 300), Phase(16, 300)))
-    store.save(persistence.export_state(controller))
+    store.save(controller.export_state())
     resumed = Controller("m", "h")
     saved = store.load("m", "h")
     assert saved is not None
-    persistence.restore(resumed, saved)
+    resumed.restore(saved)
     for key, cell in controller.cells.items():
         assert resumed.live.snapshot.table[key[0]][key[1]] == cell.decided
-    assert persistence.take_unsaved(resumed).cells == frozenset()
+    assert resumed.take_unsaved().cells == frozenset()
 
 
 def test_history_given_back_keeps_the_newest_within_its_bound() -> None:
     controller = Controller("m", "h", ControllerConfig(history_limit=3))
-    operator.freeze(controller, True)
-    operator.freeze(controller, False)
-    taken = persistence.take_unsaved(controller)
-    operator.freeze(controller, True)
-    operator.freeze(controller, False)
-    persistence.give_back(controller, taken)
-    assert [h.reason for h in controller.history] == ["unfrozen", "frozen", "unfrozen"]
-    assert [h.version for h in controller.history] == [2, 3, 4]
+    controller.freeze(True)
+    controller.freeze(False)
+    taken = controller.take_unsaved()
+    controller.freeze(True)
+    controller.freeze(False)
+    controller.give_back(taken)
+    assert [h.reason for h in controller.history()] == ["unfrozen", "frozen", "unfrozen"]
+    assert [h.version for h in controller.history()] == [2, 3, 4]

@@ -11,7 +11,7 @@ import pytest
 from adaptivespec.controller.arms import Arm
 from adaptivespec.controller.buckets import batch_bucket
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.fleet import ArmTotals, FleetTotals, FleetView, Tally, fold
+from adaptivespec.controller.fleet import ArmTotals, FleetTotals, FleetView, Tally
 from adaptivespec.controller.learning_settings import ARMS
 from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.errors import ConfigError
@@ -55,7 +55,7 @@ def _steps(
     ks: list[list[int]] = [[] for _ in controllers]
     loops = []
     for h, controller in enumerate(controllers):
-        controller.tally = Tally()
+        controller.pool(Tally())
         loop = SimLoop(COST, Workload(load=(Phase(BATCH, steps),)), h, MODEL, HARDWARE)
 
         def on_step(record, controller=controller, seen=ks[h]):  # type: ignore[no-untyped-def]
@@ -68,7 +68,7 @@ def _steps(
         for controller, key in zip(controllers, keys, strict=True):
             _flush(controller, key, repository)
         for controller, key in zip(controllers, keys, strict=True):
-            fold(controller, repository.pooled(key))
+            controller.fold(repository.pooled(key))
     for step in range(steps):
         for stepper in loops:
             next(stepper)
@@ -80,7 +80,7 @@ def _steps(
 
 def _sync(controller: Controller, key: FleetKey, repository: FleetRepository) -> None:
     _flush(controller, key, repository)
-    fold(controller, repository.pooled(key))
+    controller.fold(repository.pooled(key))
 
 
 def _flush(controller: Controller, key: FleetKey, repository: FleetRepository) -> None:
@@ -110,12 +110,12 @@ def test_hosts_meeting_a_new_cell_together_probe_different_arms(repository: Flee
     alone = _steps([Controller(MODEL, HARDWARE)], steps=40, sync=4, repository=None)[0]
     probes = [len(set(seen[:10]) - {start}) for seen in ks]
     assert max(probes) < len(set(alone[:10]) - {start}), (probes, alone[:10])
-    measured = _ks(hosts[0].cells[cell].times())
+    measured = _ks(hosts[0].cells[cell].evidence.times())
     assert measured >= set(shares[1]) & _ks(hosts[0].cells[cell].candidates)  # its peers' share reached it
 
 
 def _busiest(controller: Controller) -> tuple[int, int]:
-    return max(controller.cells, key=lambda key: controller.cells[key].samples)
+    return max(controller.cells, key=lambda key: controller.cells[key].evidence.samples)
 
 
 def _first_probe_outside_its_share(peers_in_cell: int) -> tuple[int, set[int]]:
@@ -131,14 +131,14 @@ def _first_probe_outside_its_share(peers_in_cell: int) -> tuple[int, set[int]]:
     view = FleetView(
         evidence, hosts=3, hosts_by_cell=dict.fromkeys(cells, peers_in_cell), share=ProbeShare(0, 4)
     )
-    fold(controller, view)
+    controller.fold(view)
     seen: list[int] = []
 
     def on_step(record):  # type: ignore[no-untyped-def]
         seen.append(record.k)
         controller.ingest(record)
         if len(seen) % 5 == 0:
-            fold(controller, view)
+            controller.fold(view)
 
     SimLoop(COST, Workload(load=(Phase(BATCH, 60),)), 0, MODEL, HARDWARE).run(
         controller.live, on_step=on_step
@@ -147,7 +147,7 @@ def _first_probe_outside_its_share(peers_in_cell: int) -> tuple[int, set[int]]:
     share = controller.share.turned(sum(key))
     mine = _ks(share.probes(controller.arms, controller.arms, everyone=False)) | {first_arm.k}
     first = next(i for i, k in enumerate(seen) if k not in mine)
-    return first, _ks(controller.cells[key].times()) - mine
+    return first, _ks(controller.cells[key].evidence.times()) - mine
 
 
 def _ks(arms: Iterable[Arm]) -> set[int]:

@@ -8,7 +8,7 @@ import pytest
 
 from adaptivespec.controller.buckets import batch_bucket, context_bucket
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.fleet import ArmTotals, FleetTotals, FleetView, Tally, fold
+from adaptivespec.controller.fleet import ArmTotals, FleetTotals, FleetView, Tally
 from adaptivespec.controller.sync_cadence import SyncCadence
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
@@ -23,7 +23,7 @@ def _record(batch: int) -> StepTelemetry:
 
 def _host() -> Controller:
     controller = Controller("m", "h")
-    controller.tally = Tally()
+    controller.pool(Tally())
     return controller
 
 
@@ -41,28 +41,28 @@ def _fleet_measured(cell: tuple[int, int], steps: int) -> FleetView:
 
 def test_a_host_syncs_fast_while_a_cell_it_steps_is_young_and_steadily_once_the_fleet_measured_it() -> None:
     controller = _host()
-    assert not CADENCE.learning(controller, _stepped(controller))  # nothing stepped: nothing to share
+    assert not controller.stepping_young_cells(CADENCE.young_steps)  # nothing stepped: nothing to share
     assert CADENCE.intervals(False) == (2.0, 5.0)
 
     for _ in range(10):
         controller.ingest(_record(batch=8))
     cell = (context_bucket(300), batch_bucket(8))
     assert _stepped(controller) == {cell}
-    assert CADENCE.learning(controller, _stepped(controller))
+    assert controller.stepping_young_cells(CADENCE.young_steps)
     assert CADENCE.intervals(True) == (0.05, 0.05)
 
-    fold(controller, _fleet_measured(cell, steps=40))  # 10 here + 40 elsewhere = young_steps
-    assert controller.cells[cell].evidence_steps == 50
-    assert not CADENCE.learning(controller, _stepped(controller))
+    controller.fold(_fleet_measured(cell, steps=40))  # 10 here + 40 elsewhere = young_steps
+    assert controller.cells[cell].evidence.steps == 50
+    assert not controller.stepping_young_cells(CADENCE.young_steps)
 
     controller.ingest(_record(batch=40))  # a new load level: a young cell again
-    assert CADENCE.learning(controller, _stepped(controller))
+    assert controller.stepping_young_cells(CADENCE.young_steps)
 
 
 def test_young_steps_zero_never_syncs_fast() -> None:
     controller = _host()
     controller.ingest(_record(batch=8))
-    assert not replace(CADENCE, young_steps=0).learning(controller, _stepped(controller))
+    assert not controller.stepping_young_cells(0)
 
 
 def test_the_fast_pace_never_exceeds_the_steady_one() -> None:
@@ -78,3 +78,12 @@ def test_the_fast_pace_never_exceeds_the_steady_one() -> None:
 def test_bad_values_name_the_setting(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=field):
         SyncCadence(**{field: value})  # type: ignore[arg-type]
+
+
+def test_what_is_due_follows_the_pace_of_the_cells_stepped() -> None:
+    steady = CADENCE.due(False, now=10.0, last_flush=9.0, last_refresh=9.0)
+    assert (steady.flush, steady.refresh, steady.learning) == (False, False, False)
+    fast = CADENCE.due(True, now=10.0, last_flush=9.0, last_refresh=9.0)
+    assert (fast.flush, fast.refresh, fast.learning) == (True, True, True)
+    first = CADENCE.due(False, now=10.0, last_flush=None, last_refresh=None)
+    assert first.flush and first.refresh  # a host that never synced syncs at once

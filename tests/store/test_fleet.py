@@ -15,10 +15,9 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from adaptivespec.cli import main
-from adaptivespec.controller import operator, persistence
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.fleet import FleetTotals, Tally, fold
+from adaptivespec.controller.fleet import FleetTotals, Tally
 from adaptivespec.controller.overrides import Override
 from adaptivespec.controller.probe_share import ProbeShare
 from adaptivespec.sim import specs
@@ -46,7 +45,7 @@ def repository(postgres_url: str) -> Iterator[FleetRepository]:
 def _host(repository: FleetRepository, host_id: str, hardware: str = HARDWARE) -> tuple[Controller, FleetKey]:
     controller = Controller(MODEL, hardware)
     key = FleetKey(host_id, MODEL, hardware)
-    controller.tally = Tally(repository.own(key))
+    controller.pool(Tally(repository.own(key)))
     return controller, key
 
 
@@ -213,7 +212,7 @@ def test_a_new_host_starts_from_what_the_fleet_learned_and_other_hardware_does_n
     newcomer, new_key = _host(repository, "newcomer")
     view = repository.pooled(new_key)
     assert view.hosts == 1 and view.totals.steps == 900
-    fold(newcomer, view)
+    newcomer.fold(view)
     assert newcomer.ingested == 0
     pooled = {(d.ctx_bucket, d.batch_bucket): d for d in newcomer.decisions()}
     assert pooled.keys() == learned.keys()
@@ -260,10 +259,10 @@ def test_refreshing_twice_does_not_double_the_evidence(repository: FleetReposito
     newcomer, new_key = _host(repository, "newcomer")
     _run(newcomer, (Phase(8, 20),), seed=3)
     for _ in range(3):
-        fold(newcomer, repository.pooled(new_key))
+        newcomer.fold(repository.pooled(new_key))
     cells = newcomer.cells.values()
-    assert sum(s.count for cell in cells for s in cell.fleet.values()) == 200  # the veteran's, once
-    assert sum(cell.samples for cell in cells) == 20  # its own, apart
+    assert sum(s.count for cell in cells for s in cell.evidence.fleet.values()) == 200  # the veteran's, once
+    assert sum(cell.evidence.samples for cell in cells) == 20  # its own, apart
 
 
 def test_fleet_status_lists_hosts_and_their_steps(
@@ -282,14 +281,42 @@ def test_fleet_status_lists_hosts_and_their_steps(
 def test_a_host_that_changed_no_override_does_not_erase_another_hosts(postgres_url: str) -> None:
     first, second = Store(postgres_url), Store(postgres_url)
     pinning, other = Controller(MODEL, HARDWARE), Controller(MODEL, HARDWARE)
-    operator.set_overrides(pinning, (Override("pin", 2, 0, 3),))
-    first.save(persistence.export_state(pinning))
+    pinning.set_overrides((Override("pin", 2, 0, 3),))
+    first.save(pinning.export_state())
     _run(other, (Phase(4, 20),))
-    second.save(persistence.export_state(other))  # its flush carries no override change
+    second.save(other.export_state())  # its flush carries no override change
     saved = Store(postgres_url).load(MODEL, HARDWARE)
     assert saved is not None and saved.overrides == (Override("pin", 2, 0, 3),)
     first.close()
     second.close()
+
+
+def test_a_flush_taken_before_a_hosts_refresh_never_writes_back_what_another_host_changed(
+    postgres_url: str,
+) -> None:
+    """Host b's flush took its state (not frozen, no overrides) just before its refresh read a's
+    freeze and pin, and commits after: what a set stays. What b's own operator changes, b writes."""
+    stores = Store(postgres_url), Store(postgres_url)
+    a, b = Controller(MODEL, HARDWARE), Controller(MODEL, HARDWARE)
+    for controller, store in zip((a, b), stores, strict=True):
+        _run(controller, (Phase(4, 20),))
+        store.save(controller.take_unsaved().state)
+    in_flight = b.take_unsaved()  # b's flush, about to commit
+    a.freeze(True)
+    a.set_overrides((Override("pin", 2, 0, 3),))
+    stores[0].save(a.take_unsaved().state)
+    shared = stores[1].operator_state(MODEL, HARDWARE)  # b's refresh, while its flush is in flight
+    assert shared == (True, (Override("pin", 2, 0, 3),))
+    b.adopt_controls(*shared, reason="fleet")
+    stores[1].save(in_flight.state)
+    assert stores[1].operator_state(MODEL, HARDWARE) == shared
+    stores[1].save(b.take_unsaved().state)  # b's next flush: adopted, so nothing of b's to write
+    assert stores[1].operator_state(MODEL, HARDWARE) == shared
+    b.freeze(False)  # an operator on b
+    stores[1].save(b.take_unsaved().state)
+    assert stores[0].operator_state(MODEL, HARDWARE) == (False, (Override("pin", 2, 0, 3),))
+    for store in stores:
+        store.close()
 
 
 def test_the_migrations_build_the_schema_the_models_declare(postgres_url: str, tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import pytest
 from sqlalchemy import text
 
 from adaptivespec.cli import main
-from adaptivespec.controller import operator, persistence
 from adaptivespec.controller.arms import arm
 from adaptivespec.controller.controller import Controller
 from adaptivespec.controller.overrides import Override
@@ -71,12 +70,12 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
 def test_learning_state_round_trips_and_resumes(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path}/c.db")
     controller = _learned()
-    operator.set_overrides(controller, (Override("pin", 5, 1, 3),))
-    store.save(persistence.export_state(controller), list(controller.history))
+    controller.set_overrides((Override("pin", 5, 1, 3),))
+    store.save(controller.export_state(), list(controller.history()))
     resumed = Controller("pair", "sim:h100")
     saved = store.load("pair", "sim:h100")
     assert saved is not None
-    persistence.restore(resumed, saved)
+    resumed.restore(saved)
     assert resumed.version == controller.version
     assert resumed.live.k_for(8, 700) == 5  # the override survived
     for key, cell in controller.cells.items():
@@ -84,9 +83,9 @@ def test_learning_state_round_trips_and_resumes(tmp_path: Path) -> None:
         if key != (1, 3):  # the pinned cell
             # Before the first step the engine gets the learned decision: no re-exploration.
             assert resumed.live.snapshot.table[key[0]][key[1]] == cell.decided
-        assert set(resumed.cells[key].seconds) == set(cell.seconds)
+        assert set(resumed.cells[key].evidence.seconds) == set(cell.evidence.seconds)
     rows, total = store.history("pair", "sim:h100", limit=5)
-    assert total == len(controller.history) and len(rows) == 5
+    assert total == len(controller.history()) and len(rows) == 5
     assert rows[0].policy_version > rows[-1].policy_version
     assert store.load("other", "sim:h100") is None
 
@@ -95,7 +94,7 @@ def test_thresholds_command_reads_the_store(tmp_path: Path, capsys: pytest.Captu
     url = f"sqlite:///{tmp_path}/d.db"
     store = Store(url)
     controller = _learned((Phase(1, 300), Phase(256, 300)))
-    store.save(persistence.export_state(controller), list(controller.history))
+    store.save(controller.export_state(), list(controller.history()))
     store.close()
     assert main(["thresholds", "--db", url, "--json"]) == 0
     import json
@@ -114,7 +113,6 @@ def test_thresholds_command_reads_the_store(tmp_path: Path, capsys: pytest.Captu
 WRITER = textwrap.dedent(
     """
     import sys
-    from adaptivespec.controller import persistence
     from adaptivespec.controller.controller import Controller
     from adaptivespec.engine.telemetry import StepTelemetry
     from adaptivespec.store.repository import Store
@@ -131,9 +129,8 @@ WRITER = textwrap.dedent(
                                             batch + k // 2 * batch, 0.001, seconds, seconds + 0.001, 0.0,
                                             k, kept))
             step += 1
-        controller.version += 1  # every save is a new committed version
-        store.save(persistence.export_state(controller), list(controller.history))
-        controller.history.clear()
+        controller.log.event("checkpoint")  # every save is a new committed version
+        store.save(controller.export_state(), controller.log.take())
         print(controller.version, flush=True)
     """
 )
@@ -191,11 +188,11 @@ def test_the_acceptance_curve_survives_a_restart(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/c.db"
     learned = _learned()
     store = Store(url)
-    store.save(persistence.export_state(learned))
+    store.save(learned.export_state())
     restored = Controller("pair", "sim:h100")
     saved = store.load("pair", "sim:h100")
     assert saved is not None
-    persistence.restore(restored, saved)
+    restored.restore(saved)
     for ctx, _ in {key for key in learned.cells}:
         if learned.acceptance["draft"].rows(ctx) >= 100:
             got, want = restored.acceptance["draft"].rates(ctx), learned.acceptance["draft"].rates(ctx)
@@ -214,7 +211,7 @@ def test_concurrent_writers_of_one_key_never_collide(tmp_path: Path) -> None:
     """Hosts (or flushes) saving the same cells at once: upserts, so no unique-constraint error."""
     url = f"sqlite:///{tmp_path}/w.db"
     Store(url).close()
-    states = [persistence.export_state(_learned((Phase(1, 100 + 50 * i), Phase(8, 100)))) for i in range(4)]
+    states = [_learned((Phase(1, 100 + 50 * i), Phase(8, 100))).export_state() for i in range(4)]
     errors: list[BaseException] = []
 
     def write(store: Store, state: ControllerState) -> None:
@@ -258,11 +255,11 @@ def test_reading_thresholds_never_migrates(tmp_path: Path, capsys: pytest.Captur
 def test_history_is_per_model_and_hardware(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path}/h.db")
     mine, theirs = Controller("pair", "sim:h100"), Controller("other", "sim:h100")
-    operator.freeze(mine, True)
+    mine.freeze(True)
     for _ in range(3):
-        operator.freeze(theirs, True)
+        theirs.freeze(True)
     for controller in (mine, theirs):
-        store.save(persistence.export_state(controller), list(controller.history))
+        store.save(controller.export_state(), list(controller.history()))
     rows, total = store.history("pair", "sim:h100")
     assert total == 1 and [r.model_key for r in rows] == ["pair"]
     assert store.history("other", "sim:h100")[1] == 3
@@ -303,17 +300,18 @@ def test_arms_keep_their_drafter_through_a_restart(
 ) -> None:
     store = Store(f"sqlite:///{tmp_path}/d.db")
     learned = _two_drafters()
-    store.save(persistence.export_state(learned), list(learned.history))
+    store.save(learned.export_state(), list(learned.history()))
     resumed = Controller("pair", "sim:two", methods=("ngram", "suffix"))
     saved = store.load("pair", "sim:two")
     assert saved is not None
-    persistence.restore(resumed, saved)
+    resumed.restore(saved)
     assert {(d.ctx_bucket, d.batch_bucket, d.method, d.k) for d in resumed.decisions()} == {
         (d.ctx_bucket, d.batch_bucket, d.method, d.k) for d in learned.decisions()
     }
     assert "suffix" in {d.method for d in resumed.decisions()}
     for key, cell in learned.cells.items():
-        assert resumed.cells[key].seconds.keys() == cell.seconds.keys()  # every (drafter, K) measured
+        measured = cell.evidence.seconds.keys()  # every (drafter, K)
+        assert resumed.cells[key].evidence.seconds.keys() == measured
         assert resumed.live.snapshot.table[key[0]][key[1]] == cell.decided
     assert resumed.acceptance["suffix"].rates(0).first > resumed.acceptance["ngram"].rates(0).first
     history, _ = store.history("pair", "sim:two")
@@ -357,6 +355,6 @@ def test_rows_saved_before_drafters_were_named_are_the_first_drafters(tmp_path: 
     saved = store.load("m+ngram2-3:float32", "h")
     assert saved is not None
     controller = Controller("m+ngram2-3:float32", "h", methods=("ngram",))
-    persistence.restore(controller, saved)
+    controller.restore(saved)
     assert controller.live.k_for(1, 100) == 3 and controller.live.method_for(1, 100) == "ngram"
-    assert set(controller.cells[(0, 0)].seconds) == {arm("ngram", 3)}
+    assert set(controller.cells[(0, 0)].evidence.seconds) == {arm("ngram", 3)}

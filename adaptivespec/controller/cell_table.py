@@ -1,0 +1,111 @@
+"""The decision cells, keyed (context bucket, batch bucket): which changed since the last save,
+and what a cell learns from the cells beside it (a borrowed decision, cost floors, pruning).
+
+An unvisited cell borrows the decision of the nearest visited one; a visited cell takes
+step-time floors and ruled-out arms from the nearest smaller visited batch bucket (see
+`Neighbourhood` for why those hold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from adaptivespec.controller.arms import Arm
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
+from adaptivespec.controller.cell import Cell, Neighbourhood
+from adaptivespec.controller.learning_settings import LearningSettings
+from adaptivespec.controller.step_costs import relative_cost_floor
+
+CellKey = tuple[int, int]  # (context bucket, batch bucket)
+
+
+class CellTable(Mapping[CellKey, Cell]):
+    def __init__(self, settings: LearningSettings, arms: tuple[Arm, ...]) -> None:
+        self._settings, self._arms = settings, arms
+        self._cells: dict[CellKey, Cell] = {}
+        self._dirty: set[CellKey] = set()  # cells whose statistics changed since the last save
+
+    def __getitem__(self, key: CellKey) -> Cell:
+        return self._cells[key]
+
+    def __iter__(self) -> Iterator[CellKey]:
+        return iter(self._cells)
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def cell(self, key: CellKey, prior: Arm) -> Cell:
+        """The cell at `key`; a new one starts from the nearest visited cell's decision, or
+        from `prior` when none was visited."""
+        cell = self._cells.get(key)
+        if cell is None:
+            borrowed = self.nearest_decision(key)
+            cell = Cell.starting_at(self._settings, self._arms, prior if borrowed is None else borrowed)
+            self._cells[key] = cell
+        return cell
+
+    def changed(self, key: CellKey) -> None:
+        self._dirty.add(key)
+
+    def take_changed(self) -> frozenset[CellKey]:
+        """The cells changed since the last take; they count as saved until `give_back`."""
+        taken = frozenset(self._dirty)
+        self._dirty.clear()
+        return taken
+
+    def give_back(self, keys: frozenset[CellKey]) -> None:
+        self._dirty |= keys
+
+    def clear(self) -> None:
+        self._cells.clear()
+        self._dirty.clear()
+
+    def informed_rows(self) -> set[int]:
+        """Context buckets with an informed cell."""
+        return {ctx for (ctx, _), cell in self._cells.items() if cell.informed}
+
+    def nearest_decision(self, key: CellKey) -> Arm | None:
+        """The decision of the nearest visited cell: same context first (nearest batch), then the
+        nearest context with a visited cell at the nearest batch; None when nothing was visited."""
+        ctx, batch = key
+        for ctx_distance in range(len(CONTEXT_BUCKETS)):
+            for c in _around(ctx, ctx_distance, len(CONTEXT_BUCKETS)):
+                for distance in range(len(BATCH_BUCKETS)):
+                    for b in _around(batch, distance, len(BATCH_BUCKETS)):
+                        cell = self._cells.get((c, b))
+                        if cell is not None and cell.informed and (c, b) != key:
+                            return cell.decided
+        return None
+
+    def neighbourhood(self, key: CellKey) -> Neighbourhood:
+        """What the nearest smaller visited batch bucket implies for this cell.
+
+        Cost floors come from one hop only: what lies further down already reached that bucket
+        through its own pruning (`ruled_out`), and walking the whole chain on every re-prune
+        was measurably slow.
+        """
+        smaller = self._smaller_neighbour(key)
+        if smaller is None:
+            return Neighbourhood()
+        here, there = self._cells[key], self._cells[smaller]
+        return Neighbourhood(
+            relative_cost_floor(here.evidence.times(), there.evidence.times()), there.ruled_out
+        )
+
+    def _smaller_neighbour(self, key: CellKey) -> CellKey | None:
+        """The nearest smaller visited batch bucket, batch 1 excepted.
+
+        A batch-1 plain step takes other kernels (GEMV, not GEMM), so batch 1 says nothing about
+        how cost grows with K at larger batches.
+        """
+        ctx, batch = key
+        for smaller in range(batch - 1, 0, -1):
+            cell = self._cells.get((ctx, smaller))
+            if cell is not None and cell.informed:
+                return ctx, smaller
+        return None
+
+
+def _around(centre: int, distance: int, size: int) -> tuple[int, ...]:
+    both = (centre - distance, centre + distance) if distance else (centre,)
+    return tuple(i for i in both if 0 <= i < size)
