@@ -1,7 +1,8 @@
 """`adaptivespec bench ...`: registers every subcommand and runs the small ones itself.
 
 The rule for this package: a subcommand with more than a screen of code has its own module,
-named after it (`bench control` -> `control.py`, with `register` and `run`); everything else
+named after it (`bench control` -> `control.py`, with `register` and `run`; `engine_bench.py`
+and `controller_bench.py` where the plain name is one of our packages); everything else
 is a helper named for what it is (`oracle.py`, `interleaved.py`, `hf_loop.py`). Each
 command prints a table and can write JSON for docs/benchmarks.md.
 """
@@ -18,10 +19,10 @@ from typing import Any
 from adaptivespec.bench import (
     calibrate,
     control,
-    controller,
+    controller_bench,
     coupling,
     drafters,
-    engine,
+    engine_bench,
     fleet,
     off_cost,
     serve,
@@ -63,9 +64,9 @@ def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     off_cost.register(kinds)
     fleet.register(kinds)
     calibrate.register(kinds)
-    controller.register(kinds)
+    controller_bench.register(kinds)
     serve.register(kinds)
-    engine.register(kinds)
+    engine_bench.register(kinds)
     workload.register(kinds)
     step_variants.register(kinds)
     step_profile.register(kinds)
@@ -88,9 +89,9 @@ def run(args: argparse.Namespace) -> None:
         "off-cost": off_cost.run,
         "fleet": fleet.run,
         "calibrate": calibrate.run,
-        "controller": controller.run,
+        "controller": controller_bench.run,
         "serve": serve.run,
-        "engine": engine.run,
+        "engine": engine_bench.run,
         "workload": workload.run,
         "variants": step_variants.run,
         "profile": step_profile.run,

@@ -12,8 +12,8 @@ from typing import Any
 from tqdm import tqdm
 
 from adaptivespec.bench import hf_control, learners
-from adaptivespec.bench import learning_metrics as metrics
 from adaptivespec.bench.background_load import BackgroundLoad
+from adaptivespec.bench.control_report import learning, print_table, sample_efficiency
 from adaptivespec.bench.hf_loop import HFLoop
 from adaptivespec.bench.interleaved import measure
 from adaptivespec.bench.lineup import lineup
@@ -21,9 +21,7 @@ from adaptivespec.bench.machine import machine
 from adaptivespec.bench.oracle import (
     ORACLE_ARMS,
     Learner,
-    PolicyReport,
     baseline_policies,
-    crossover,
     run_control,
 )
 from adaptivespec.bench.plot import goodput_by_batch
@@ -39,7 +37,7 @@ from adaptivespec.engine.model_sources import resolve_models
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
 from adaptivespec.sim.costmodel import StepCostModel
-from adaptivespec.sim.loop import PhaseResult, SimLoop
+from adaptivespec.sim.loop import SimLoop
 from adaptivespec.sim.workload import Workload, default_load
 from adaptivespec.store.repository import Store
 
@@ -96,15 +94,13 @@ def _model(value: str) -> specs.ModelSpec:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
-    if args.steps_per_bucket is None:
-        args.steps_per_bucket = 2000
-    if args.steps_per_bucket < 1:
+    steps = 2000 if args.steps_per_bucket is None else args.steps_per_bucket
+    if steps < 1:
         raise ConfigError("--steps-per-bucket must be >= 1")
     if args.workload is not None:
-        return Workload.from_file(args.workload, args.steps_per_bucket)
+        return Workload.from_file(args.workload, steps)
     return Workload(
-        acceptance_mean=0.7 if args.acceptance is None else args.acceptance,
-        load=default_load(args.steps_per_bucket),
+        acceptance_mean=0.7 if args.acceptance is None else args.acceptance, load=default_load(steps)
     )
 
 
@@ -130,10 +126,9 @@ def sim_scenario(args: argparse.Namespace) -> tuple[SimLoop, Workload, dict[str,
 
 
 def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
-    if args.quick:  # under 10 minutes on 2 cores for the 135M default model (~20 at batch 32 x 30 steps)
-        args.steps_per_bucket = args.steps_per_bucket or 20
-        args.max_batch = min(args.max_batch, 16)
-    steps = args.steps_per_bucket or 60
+    # --quick: a run of minutes on 2 cores for the default model, with the same keys
+    max_batch = min(args.max_batch, 16) if args.quick else args.max_batch
+    steps = args.steps_per_bucket or (20 if args.quick else 60)
     repeats = args.repeats or max(1, steps // 10)
     if args.background_load < 0:
         raise ConfigError("--background-load must be >= 0")
@@ -148,16 +143,15 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
     else:
         prompts = traffic_prompts(args.traffic, tokenizer, 256, args.seed)
     engine = EngineConfig(
-        max_batch=args.max_batch,
-        max_queued=args.max_batch,
+        max_batch=max_batch,
+        max_queued=max_batch,
         max_context=max(len(p) for p in prompts) + args.new_tokens + 16,
         threads=args.threads,
         models=models,
     )
     loaded = load_runner(engine)
-    load = default_load(steps - steps % repeats, up_to=args.max_batch)
+    load = default_load(steps - steps % repeats, up_to=max_batch)
     loop = HFLoop(loaded.runner, prompts, args.new_tokens, load, args.seed)
-    args.repeats = repeats
     scenario = {
         "backend": "hf",
         "model_key": loaded.runner.model_key,
@@ -183,13 +177,13 @@ def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
         BackgroundLoad(args.background_load),
         tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar,
     ):
-        measurement = measure(loop, field.contenders, args.repeats, bar.update)
+        measurement = measure(loop, field.contenders, scenario["repeats"], bar.update)
     if store is not None:
         learners.flush(field.controller, store)
         store.close()
     report = {"scenario": scenario} | hf_control.report(measurement, field)
     args.json.write_text(json.dumps(report, indent=2))
-    _print_table(report)
+    print_table(report)
     if args.plot is not None:
         sizes = {b.label: b.hi for b in BATCH_BUCKETS}
         series = {name: r["goodput_by_bucket"] for name, r in report["policies"].items()}
@@ -223,101 +217,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         learners.flush(controllers[0], store)
         store.close()
     policy_reports: dict[str, dict[str, Any]] = {name: r.to_json() for name, r in reports.items()}
-    policy_reports["adaptive"].update(_learning(raw, workload, reports, warm))
+    policy_reports["adaptive"].update(learning(raw, workload, reports, warm))
     report = {
         "scenario": scenario,
         "buckets": list(oracle.k_by_bucket),
         "oracle": oracle.to_json(),
         "policies": policy_reports,
-        "sample_efficiency": _sample_efficiency(raw),
+        "sample_efficiency": sample_efficiency(raw),
     }
     args.json.write_text(json.dumps(report, indent=2))
-    _print_table(report)
+    print_table(report)
     if args.plot is not None:
         sizes = {b.label: b.hi for b in BATCH_BUCKETS}
         series = {name: r.goodput_by_bucket for name, r in reports.items()}
         goodput_by_batch(args.plot, title, series, sizes)
     return report
-
-
-def _sweep(raw: dict[str, list[PhaseResult]]) -> dict[int, list[PhaseResult]]:
-    return {k: raw[f"k{k}"] for k in ORACLE_ARMS}
-
-
-def _learning(
-    raw: dict[str, list[PhaseResult]], workload: Workload, reports: dict[str, PolicyReport], warm: bool
-) -> dict[str, Any]:
-    sweep = _sweep(raw)
-    oracle = metrics.oracle_trace(sweep, metrics.best_k_by_phase(sweep))
-    extra: dict[str, Any] = {
-        "learned_threshold": crossover(reports["adaptive"].k_by_bucket),
-        "warm_start": warm,
-        "first_1000_steps_ratio_to_oracle": metrics.first_steps_ratio(raw["adaptive"], oracle),
-    }
-    if workload.drift:
-        last = max(d.at_step for d in workload.drift)
-        extra["drift_recovery_steps"] = metrics.drift_recovery_steps(raw["adaptive"], sweep, last)
-    return extra
-
-
-def _sample_efficiency(raw: dict[str, list[PhaseResult]]) -> dict[str, float]:
-    sweep = _sweep(raw)
-    oracle = metrics.oracle_trace(sweep, metrics.best_k_by_phase(sweep))
-    ours = metrics.mean_steps_to_95(raw["adaptive"], oracle)
-    plain = metrics.mean_steps_to_95(raw["plain-ucb"], oracle)
-    return {
-        "adaptive_steps_to_95": ours,
-        "plain_ucb_steps_to_95": plain,
-        "plain_over_adaptive": plain / max(ours, 1.0),
-    }
-
-
-def _print_table(report: dict[str, Any]) -> None:
-    oracle = report["oracle"]
-    print(f"oracle K by bucket: {oracle['k_by_bucket']}  threshold: {oracle['threshold']}")
-    adaptive = report["policies"]["adaptive"]
-    print(f"adaptive K by bucket: {adaptive['k_by_bucket']}  threshold: {adaptive['learned_threshold']}")
-    print(
-        f"{'policy':<14} {'goodput tok/s':>14} {'ratio to oracle':>16} {'95% interval':>15} "
-        f"{'p50 ITL ms':>11} {'p99 ITL ms':>11}"
-    )
-    for name, r in report["policies"].items():
-        interval = "{:>7.3f}-{:<7.3f}".format(*r["ratio_ci"]) if "ratio_ci" in r else f"{'':15}"
-        print(
-            f"{name:<14} {r['goodput_tok_s']:>14.0f} {r['ratio_to_oracle']:>16.3f} {interval} "
-            f"{r['p50_itl_ms']:>11.2f} {r['p99_itl_ms']:>11.2f}"
-        )
-    efficiency = report["sample_efficiency"]
-    print(
-        f"steps to 0.95 of the oracle per bucket: adaptive {efficiency['adaptive_steps_to_95']:.1f}, "
-        f"plain river UCB {efficiency['plain_ucb_steps_to_95']:.1f}"
-    )
-    if "comparisons" in report:
-        c = report["comparisons"]
-        print(
-            f"adaptive - {c['best_static']} (best static): {_interval(c['adaptive_minus_best_static'])}; "
-            f"adaptive - off: {_interval(c['adaptive_minus_off'])}; holds: {c['holds']} "
-            f"(from {c['first_holds_at_steps_per_bucket']} steps per bucket); "
-            f"inconclusive: {report['inconclusive']}; point estimates: adaptive >= best static - 1%: "
-            f"{c['adaptive_ge_best_static']}, >= off: {c['adaptive_ge_off']}"
-        )
-        print(f"exploration: {adaptive['exploration']}")
-        spread = report["same_configuration_spread"]
-        print(
-            f"one configuration measured {spread['median']:.2f}x apart (median over buckets; worst "
-            f"{spread['worst']:.2f}x): policies closer than that are within this machine's noise"
-        )
-        if "ratio_to_cross_fitted_oracle" in adaptive:
-            point, low, high = adaptive["ratio_to_cross_fitted_oracle"]
-            print(f"adaptive against the cross-fitted oracle: {point:.3f} [{low:.3f}, {high:.3f}]")
-    for key in ("drift_recovery_steps", "first_1000_steps_ratio_to_oracle"):
-        if key in adaptive:
-            print(f"{key}: {adaptive[key]}")
-
-
-def _interval(values: list[float]) -> str:
-    point, low, high = values
-    return f"{point:+.3f} [{low:+.3f}, {high:+.3f}]"
 
 
 def _jsonable(value: Any) -> Any:

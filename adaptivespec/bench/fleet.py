@@ -35,7 +35,6 @@ import functools
 import json
 import sys
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +43,17 @@ from tqdm import tqdm
 
 from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.control import sim_scenario
-from adaptivespec.bench.fleet_hosts import Database, FleetRun, Host, VirtualTime, clocked
-from adaptivespec.bench.fleet_report import print_run, print_summary, summarise_seeds
-from adaptivespec.bench.learning_metrics import WINDOW, steps_to_match
-from adaptivespec.bench.oracle import ORACLE_ARMS, Oracle, oracle_from_sweep, ratio_to_oracle, summarise
+from adaptivespec.bench.fleet_hosts import FleetRun, Host, VirtualTime, clocked
+from adaptivespec.bench.fleet_report import (
+    HostOracle,
+    database_costs,
+    learning,
+    print_run,
+    print_summary,
+    summarise_seeds,
+)
+from adaptivespec.bench.learning_metrics import WINDOW
+from adaptivespec.bench.oracle import ORACLE_ARMS, Oracle, oracle_from_sweep
 from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.fleet import Tally
@@ -180,61 +186,16 @@ def _run_seed(args: argparse.Namespace, cadence: SyncCadence) -> dict[str, Any]:
         "db_latency_ms": args.db_latency_ms,  # modelled, each way, on the virtual clock
         "window": args.window,
         "levels": [phase.concurrency for phase in workload.load],  # the load levels, in order
-        **_learning(lone, fleet, oracles, args.window),
-        **_database_costs(database, seconds),
+        **learning(lone, fleet, oracles, args.window),
+        **database_costs(database, seconds),
     }
     return report
 
 
-@dataclass(frozen=True, slots=True)
-class _HostOracle:
-    """The best fixed K per bucket on one host's requests, and its per-step goodput there."""
-
-    oracle: Oracle
-    targets: list[np.ndarray]  # per load level, in the workload's order: [steps] tokens / s
-
-
-def _oracle(loop: SimLoop, bar: tqdm[Any]) -> _HostOracle:
+def _oracle(loop: SimLoop, bar: tqdm[Any]) -> HostOracle:
     sweep = {k: loop.run(FixedK(k), progress=bar.update) for k in ORACLE_ARMS}
     oracle = oracle_from_sweep(sweep)
-    return _HostOracle(oracle, _targets(sweep, oracle, loop))
-
-
-def _learning(lone: list[Host], fleet: list[Host], oracles: list[_HostOracle], window: int) -> dict[str, Any]:
-    """Each host, lone or in the fleet, against the oracle on its own requests."""
-    lone_levels = [_steps_by_level(h.results, h.order, oracles[h.index].targets, window) for h in lone]
-    fleet_levels = [_steps_by_level(h.results, h.order, oracles[h.index].targets, window) for h in fleet]
-    lone_steps = [float(sum(levels)) for levels in lone_levels]
-    fleet_steps = [float(sum(levels)) for levels in fleet_levels]
-    fleet_ratios = [ratio_to_oracle(summarise(h.results), oracles[h.index].oracle) for h in fleet]
-    return {
-        "lone": {
-            "steps_to_095": lone_steps[0],
-            "ratio_to_oracle": ratio_to_oracle(summarise(lone[0].results), oracles[0].oracle),
-        },
-        "lone_per_host": {"steps_to_095": lone_steps, "steps_to_095_by_level": lone_levels},
-        "fleet": {
-            "steps_to_095_per_host": fleet_steps,
-            "steps_to_095_by_level": fleet_levels,
-            "ratio_to_oracle": float(np.mean(fleet_ratios)),
-            "ratio_per_host": fleet_ratios,
-        },
-        "holds": all(f <= 0.5 * lone_steps[0] for f in fleet_steps),
-        # One lone run is one controller seed's luck (at a 10-step window, 12 to 61 steps over
-        # four seeds of one scenario); the mean of a lone run per host is a steadier yardstick.
-        "holds_against_lone_mean": all(f <= 0.5 * float(np.mean(lone_steps)) for f in fleet_steps),
-    }
-
-
-def _database_costs(database: Database, seconds: float) -> dict[str, Any]:
-    refresh = database.refresh_ms or [0.0]
-    return {
-        "db_writes_per_s": len(database.flush_ms) / seconds,
-        "db_rows_per_s": database.rows / seconds,
-        "flush_latency_ms": _latency(database.flush_ms),
-        "refresh_latency_ms": float(np.mean(refresh)),
-        "refresh_latency_p99_ms": float(np.percentile(refresh, 99)),
-    }
+    return HostOracle(oracle, _targets(sweep, oracle, loop))
 
 
 def _order(host: int, hosts: int, phases: int, stagger: str) -> list[int]:
@@ -249,17 +210,6 @@ def _targets(sweep: dict[int, list[PhaseResult]], oracle: Oracle, loop: SimLoop)
         label = BATCH_BUCKETS[batch_bucket(phase.concurrency)].label
         targets.append(np.asarray(sweep[oracle.k_by_bucket[label]][index].goodput_trace))
     return targets
-
-
-def _steps_by_level(
-    results: list[PhaseResult], order: list[int], targets: list[np.ndarray], window: int
-) -> list[int]:
-    """Steps until the rolling goodput first reaches its target, per load level in the
-    workload's order, whatever order the host met them in: where a host's steps went."""
-    steps = [0] * len(targets)
-    for result, index in zip(results, order, strict=True):
-        steps[index] = steps_to_match(np.asarray(result.goodput_trace), targets[index], window=window)
-    return steps
 
 
 def _lone(loop: SimLoop, index: int, order: list[int], bar: tqdm[Any]) -> Host:
@@ -296,9 +246,3 @@ def _fleet(
 def _phase_done(host: Host, loop: SimLoop) -> bool:
     current = len(host.results) - 1
     return host.results[current].steps == loop.workload.load[host.order[current]].steps
-
-
-def _latency(samples: list[float]) -> dict[str, float]:
-    if not samples:
-        return {"mean": 0.0, "p99": 0.0}
-    return {"mean": float(np.mean(samples)), "p99": float(np.percentile(samples, 99))}

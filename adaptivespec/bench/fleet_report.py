@@ -12,12 +12,80 @@ seed together, so that a bar that holds on the means by luck of a few seeds show
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from adaptivespec.bench.fleet_hosts import Database, Host
+from adaptivespec.bench.learning_metrics import steps_to_match
+from adaptivespec.bench.oracle import Oracle, ratio_to_oracle, summarise
+from adaptivespec.sim.loop import PhaseResult
+
 RESAMPLES = 4000
 BOUND = 95.0  # percentile of the bootstrap distribution reported as the upper bound
+
+
+@dataclass(frozen=True, slots=True)
+class HostOracle:
+    """The best fixed K per bucket on one host's requests, and its per-step goodput there."""
+
+    oracle: Oracle
+    targets: list[np.ndarray]  # per load level, in the workload's order: [steps] tokens / s
+
+
+def learning(lone: list[Host], fleet: list[Host], oracles: list[HostOracle], window: int) -> dict[str, Any]:
+    """Each host, lone or in the fleet, against the oracle on its own requests."""
+    lone_levels = [_steps_by_level(h.results, h.order, oracles[h.index].targets, window) for h in lone]
+    fleet_levels = [_steps_by_level(h.results, h.order, oracles[h.index].targets, window) for h in fleet]
+    lone_steps = [float(sum(levels)) for levels in lone_levels]
+    fleet_steps = [float(sum(levels)) for levels in fleet_levels]
+    fleet_ratios = [ratio_to_oracle(summarise(h.results), oracles[h.index].oracle) for h in fleet]
+    return {
+        "lone": {
+            "steps_to_095": lone_steps[0],
+            "ratio_to_oracle": ratio_to_oracle(summarise(lone[0].results), oracles[0].oracle),
+        },
+        "lone_per_host": {"steps_to_095": lone_steps, "steps_to_095_by_level": lone_levels},
+        "fleet": {
+            "steps_to_095_per_host": fleet_steps,
+            "steps_to_095_by_level": fleet_levels,
+            "ratio_to_oracle": float(np.mean(fleet_ratios)),
+            "ratio_per_host": fleet_ratios,
+        },
+        "holds": all(f <= 0.5 * lone_steps[0] for f in fleet_steps),
+        # One lone run is one controller seed's luck (at a 10-step window, 12 to 61 steps over
+        # four seeds of one scenario); the mean of a lone run per host is a steadier yardstick.
+        "holds_against_lone_mean": all(f <= 0.5 * float(np.mean(lone_steps)) for f in fleet_steps),
+    }
+
+
+def database_costs(database: Database, seconds: float) -> dict[str, Any]:
+    refresh = database.refresh_ms or [0.0]
+    return {
+        "db_writes_per_s": len(database.flush_ms) / seconds,
+        "db_rows_per_s": database.rows / seconds,
+        "flush_latency_ms": _latency(database.flush_ms),
+        "refresh_latency_ms": float(np.mean(refresh)),
+        "refresh_latency_p99_ms": float(np.percentile(refresh, 99)),
+    }
+
+
+def _steps_by_level(
+    results: list[PhaseResult], order: list[int], targets: list[np.ndarray], window: int
+) -> list[int]:
+    """Steps until the rolling goodput first reaches its target, per load level in the
+    workload's order, whatever order the host met them in: where a host's steps went."""
+    steps = [0] * len(targets)
+    for result, index in zip(results, order, strict=True):
+        steps[index] = steps_to_match(np.asarray(result.goodput_trace), targets[index], window=window)
+    return steps
+
+
+def _latency(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {"mean": 0.0, "p99": 0.0}
+    return {"mean": float(np.mean(samples)), "p99": float(np.percentile(samples, 99))}
 
 
 def summarise_seeds(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 On a real machine step times drift (other processes, caches, clocks) by more than the
 differences between speculation policies. Running one policy's whole schedule after another
-puts that drift between policies: identical work measured 14% apart. Here each batch bucket
-is measured in short segments: every repeat runs every contender once, in an order that
-rotates from repeat to repeat, on requests seeded by (bucket, repeat). Drift then falls on
-every contender alike, and each repeat is a paired comparison.
+puts that drift between policies: identical work measured further apart than the policies
+differ. Here each batch bucket is measured in short segments: every repeat runs every
+contender once, in an order that rotates from repeat to repeat, on requests seeded by
+(bucket, repeat). Drift then falls on every contender alike, and each repeat is a paired
+comparison.
 """
 
 from __future__ import annotations

@@ -50,9 +50,9 @@ def steps_to_match(
 
     Paired, not against the oracle's mean over the whole phase: the simulator gives both the
     same acceptance draws step by step (common random numbers), so the workload's own swings
-    cancel. Against the phase mean, a stretch of unlucky draws kept even the oracle itself
-    below 0.95 for its first 15 steps at batch 8, and a learner that ran the oracle's K 95% of
-    the time was charged 124 steps at batch 17-24.
+    cancel. Against the phase mean, a stretch of unlucky draws keeps even the oracle itself
+    below 0.95 for a while, and a learner that nearly always ran the oracle's K was charged
+    for it.
     """
     ours, theirs = _rolling(trace, window), _rolling(oracle, window)
     hits = np.flatnonzero(ours >= fraction * theirs)

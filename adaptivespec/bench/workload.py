@@ -14,21 +14,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
-from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from adaptivespec.bench import prefill_stall, static_batching
+from adaptivespec.bench import prefill_stall
 from adaptivespec.bench.arguments import numbers
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.openvino_peer import OpenVINO
 from adaptivespec.bench.traffic import (
     Lengths,
-    Request,
-    Served,
     Summary,
     Targets,
     TrafficShape,
@@ -37,18 +32,11 @@ from adaptivespec.bench.traffic import (
 )
 from adaptivespec.bench.traffic_mixes import MIXES
 from adaptivespec.bench.traffic_mixes import prompts as traffic_prompts
+from adaptivespec.bench.workload_engines import Harness, adaptive_policy
 from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
-from adaptivespec.controller.controller import Controller, ControllerConfig
-from adaptivespec.controller.learning_settings import LearningSettings
-from adaptivespec.controller.policy import FixedK
-from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.demo_models import held_out_documents
-from adaptivespec.engine.engine import Engine, compute_thread
-from adaptivespec.engine.loader import LoadedModels, load_runner
-from adaptivespec.engine.packed_linear import torch_linears
-from adaptivespec.engine.sampling import SamplingParams
-from adaptivespec.engine.spec_policy import SpecPolicy
-from adaptivespec.engine.telemetry import Subscription
+from adaptivespec.engine.engine import compute_thread
+from adaptivespec.engine.loader import load_runner
 
 ENGINES = ("ours-off", "ours-fixed", "ours-adaptive", "hf-static", "openvino", "openvino-spec")
 PEERS = ("hf-static", "openvino", "openvino-spec")
@@ -167,7 +155,7 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         threads=args.threads,
         models=models,
     )
-    adaptive = _controller(loaded)
+    adaptive = adaptive_policy(loaded)
     openvino = None
     if any(e.startswith("openvino") for e in plan.engines):
         openvino = OpenVINO.prepare(args.openvino_python, loaded.target.path, args.max_batch)
@@ -227,122 +215,4 @@ def _row(rate: float | None, name: str, s: Summary) -> str:
         f"{shown:>6} {name:<14} {s.throughput_tok_s:>7.1f} {s.ttft_p50_ms:>9.0f} {s.ttft_p99_ms:>9.0f} "
         f"{s.itl_p50_ms:>8.1f} {s.itl_p99_ms:>8.1f} {s.goodput_rps:>9.3f} {s.met_targets:>5.2f} "
         f"{s.mismatches:>8}"
-    )
-
-
-Serve = Callable[[list[Request]], Coroutine[Any, Any, list[Served]]]
-
-
-@dataclass(frozen=True, slots=True)
-class Harness:
-    """What every engine of the run shares: the loaded models, their thread, the controller."""
-
-    loaded: LoadedModels
-    compute: ThreadPoolExecutor
-    config: EngineConfig  # ours; its max_batch is also the static server's batch
-    adaptive: AdaptivePolicy
-    fixed_k: int
-    openvino: OpenVINO | None
-    versions: dict[str, str] = field(default_factory=dict)  # of the peers, as they report them
-
-    def server(self, name: str) -> Serve:
-        if name.startswith("openvino"):
-            return lambda traffic: self._serve_openvino(
-                traffic, self.fixed_k if name == "openvino-spec" else 0
-            )
-        if name == "hf-static":
-            return self._serve_static
-        policies: dict[str, SpecPolicy] = {"ours-off": FixedK(0), "ours-fixed": FixedK(self.fixed_k)}
-        policy = policies.get(name, self.adaptive.policy)
-        return lambda traffic: self._serve_ours(policy, traffic)
-
-    async def _serve_static(self, traffic: list[Request]) -> list[Served]:
-        """transformers' model as it loads: our engine's packed linears are switched off for it."""
-        pad = self.loaded.tokenizer.pad_token_id
-        pad_id = int(pad if pad is not None else min(self.loaded.runner.eos_token_ids, default=0))
-        model = self.loaded.runner.target.model
-        with torch_linears([model]):
-            return await static_batching.serve(model, pad_id, traffic, self.config.max_batch, self.compute)
-
-    async def _serve_openvino(self, traffic: list[Request], lookup_k: int) -> list[Served]:
-        if self.openvino is None:
-            raise RuntimeError("the openvino engines need --openvino-python")
-        served, versions = await asyncio.to_thread(self.openvino.serve, traffic, lookup_k)
-        self.versions.update(versions)
-        return served
-
-    async def _serve_ours(self, policy: SpecPolicy, traffic: list[Request]) -> list[Served]:
-        engine = Engine(self.loaded.runner, self.loaded.tokenizer, policy, self.config, compute=self.compute)
-        await engine.start()
-        if policy is self.adaptive.policy:
-            self.adaptive.attach(engine)
-        began = time.perf_counter()
-
-        async def one(request: Request) -> Served:
-            await asyncio.sleep(max(0.0, began + request.arrival - time.perf_counter()))
-            params = SamplingParams(max_tokens=request.max_tokens, temperature=0.0, ignore_eos=True)
-            served = Served(request, time.perf_counter(), [], [])
-            async for event in engine.submit(request.prompt, params):
-                if event.finish_reason == "error":
-                    raise RuntimeError(f"a request failed: {event.error}")
-                if event.token_ids:
-                    served.chunk_times.append(time.perf_counter())
-                    served.tokens.extend(event.token_ids)
-            return served
-
-        try:
-            return list(await asyncio.gather(*(one(r) for r in traffic)))
-        finally:
-            self.adaptive.stop()
-            await engine.stop()
-
-    async def stalls(self, corpus: list[int], streams: int, long_tokens: int) -> dict[str, Any]:
-        print(f"\na {long_tokens}-token prompt arrives into {streams} decoding streams (K=0):", flush=True)
-        results = {}
-        for whole in (True, False):
-            stall = await prefill_stall.measure(
-                self.loaded.runner, self.loaded.tokenizer, self.compute, self.config, corpus,
-                streams=streams, long_tokens=long_tokens, whole=whole,
-            )  # fmt: skip
-            results[stall.chunking] = asdict(stall)
-            print(
-                f"  {stall.chunking:<6} steady ITL p99 {stall.steady_itl_p99_ms:.0f} ms, during its prefill "
-                f"p99 {stall.long_prompt_itl_p99_ms:.0f} ms (max {stall.long_prompt_itl_max_ms:.0f}), "
-                f"{stall.ratio:.2f}x; its TTFT {stall.long_prompt_ttft_ms:.0f} ms",
-                flush=True,
-            )
-        paced = results["paced"]
-        keys = ("steady_itl_p99_ms", "long_prompt_itl_p99_ms", "long_prompt_tokens", "streams")
-        return {**{key: paced[key] for key in keys}, "paced": paced, "whole": results["whole"]}
-
-
-class AdaptivePolicy:
-    """One controller for every adaptive run, learning across rates as a daemon would."""
-
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
-        self.policy = controller.live
-        self._task: asyncio.Task[None] | None = None
-        self._subscription: Subscription | None = None
-
-    def attach(self, engine: Engine) -> None:
-        self.stop()
-        self._subscription = engine.telemetry.subscribe()
-        self._task = asyncio.create_task(run_controller(self.controller, self._subscription))
-
-    def stop(self) -> None:
-        """Stops listening, after learning from every step the engine already reported."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-        while self._subscription is not None and not self._subscription.queue.empty():
-            self.controller.ingest(self._subscription.queue.get_nowait())
-        self._subscription = None
-
-
-def _controller(loaded: LoadedModels) -> AdaptivePolicy:
-    runner = loaded.runner
-    settings = LearningSettings().capped(runner.max_spec_tokens)
-    return AdaptivePolicy(
-        Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=settings), runner.methods)
     )

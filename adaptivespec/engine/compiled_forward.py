@@ -34,9 +34,8 @@ class CompiledForward:
         self.eager: Callable[..., Any] = model
         # On a CPU, freezing folds the weights into the graph as constants, and inductor then
         # prepacks every linear's weight for oneDNN, as `linear = "packed"` does for the eager
-        # step: about 2x the eager step with torch's linears at batch 8 on the default model.
-        # Set in inductor's config, as the recompile limit is: passed in `options` it was not
-        # applied (1.17x instead of 2x, same machine).
+        # step (docs/results.md has what it buys). Set in inductor's config, as the recompile
+        # limit is: passed in `options` it was not applied, and the step lost most of the gain.
         if next(model.parameters()).device.type == "cpu":
             torch._inductor.config.freezing = True
         self.compiled: Callable[..., Any] = torch.compile(model, dynamic=True)

@@ -4,8 +4,8 @@ Model compute runs on one dedicated thread so the event loop stays responsive; e
 else (scheduling, streaming, telemetry) happens on the loop between steps, or, when nothing
 can change the batch, while the next step already runs (`overlap`). Load the models
 on that same thread (`compute_thread()`, then pass it in): once two threads have run torch
-ops, each keeps its own OpenMP team, and on this 2-core machine a decode step measured 35%
-slower (9.8 -> 13.2 ms at batch 8) than with every op on one thread.
+ops, each keeps its own OpenMP team, and on a small CPU a decode step then runs markedly
+slower than with every op on one thread (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from adaptivespec.config import EngineConfig
 from adaptivespec.engine.intake import Intake
+from adaptivespec.engine.live_requests import LiveRequests
 from adaptivespec.engine.prefill_pacer import PrefillPacer
 from adaptivespec.engine.records import Completion, EngineTotals
 from adaptivespec.engine.request_stream import RequestStream
@@ -79,9 +80,8 @@ class Engine:
         self.steps = 0
         self.totals = EngineTotals()
         self.failure: str | None = None  # why the step loop died; the service must be restarted
-        self._live: dict[str, Sequence] = {}  # requests whose stream has not ended, by request id
+        self.requests = LiveRequests(on_abort=self._wakeup.set)
         self._progress_at = time.monotonic()  # the last step's end, or when work last arrived
-        self._next_id = 0
 
     # ---- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
@@ -131,23 +131,11 @@ class Engine:
 
     def _open(self, prompt: str | Seq[int], params: SamplingParams) -> tuple[Sequence, RequestStream]:
         sequence = self._enqueue(prompt, params)
-        self._next_id += 1
-        request_id = f"req-{self._next_id}"
-        self._live[request_id] = sequence
-        return sequence, RequestStream(request_id, len(sequence.prompt_ids), sequence.events, self._ended)
+        return sequence, self.requests.open(sequence)
 
     def abort(self, request_id: str) -> None:
         """Ends a request that has not finished; an unknown or finished id is a no-op."""
-        sequence = self._live.pop(request_id, None)
-        if sequence is not None and not sequence.finished:
-            sequence.abort()
-            self._wakeup.set()
-
-    def _ended(self, request_id: str, aborted: bool) -> None:
-        if aborted:
-            self.abort(request_id)
-        else:
-            self._live.pop(request_id, None)
+        self.requests.abort(request_id)
 
     async def generate(self, prompt: str | Seq[int], params: SamplingParams) -> Completion:
         """Runs one request to the end and returns everything it produced."""

@@ -13,7 +13,8 @@ from adaptivespec.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# CPU instruction sets with bf16 arithmetic; without them torch emulates bf16 (~135x slower matmuls).
+# CPU instruction sets with bf16 arithmetic; without them torch emulates bf16, orders of
+# magnitude slower.
 _NATIVE_BF16_CHECKS = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 
 
@@ -37,7 +38,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     dtype = _DTYPES[name]
     if device.type == "cpu" and dtype == torch.bfloat16 and not native_cpu_bf16():
         log.warning(
-            "this CPU (%s) has no native bf16: bf16 matmuls run about 100x slower than float32 here; "
+            "this CPU (%s) has no native bf16: bf16 matmuls run far slower than float32 here; "
             "use --dtype float32 (or auto)",
             torch.backends.cpu.get_cpu_capability(),
         )

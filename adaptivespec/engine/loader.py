@@ -147,7 +147,7 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         capability = torch.backends.cpu.get_cpu_capability()
         announce(progress, f"torch threads: {threads} of {usable_cpus()} usable CPUs ({capability})")
     if device.type == "cpu":
-        # transformers otherwise expands GQA KV heads on masked multi-token passes (~3x a T=1 step).
+        # transformers otherwise expands GQA KV heads on masked multi-token passes (several T=1 steps' cost).
         os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
     target_source, draft_source = resolve_models(models, progress)
     positions = config.max_context + config.max_spec_tokens

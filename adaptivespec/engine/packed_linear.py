@@ -2,9 +2,9 @@
 
 On a CPU, torch's `linear` runs a GEMM over the checkpoint's [out, in] weight on every
 call. For the few rows of a decode step that GEMM is bound by reading the weights, and it
-reads them at well under the memory's bandwidth: on a 2-core AVX-512 machine SmolLM2's
-49,152 x 576 output projection took 15.5 ms at 8 rows, 4.4 ms from the reordered weight
-(`bench variants --compare linear` measures the whole step). Packing the weights once is
+reads them at well under the memory's bandwidth; from the reordered weight the same GEMM
+runs several times faster (`bench variants --compare linear` measures the whole step;
+docs/results.md). Packing the weights once is
 what vLLM's CPU backend, inductor's weight prepacking and OpenVINO all do. The result equals
 torch's up to float rounding (about 1e-6 in float32), which is why the step's outputs are
 compared in tests and benchmarks rather than assumed.

@@ -9,8 +9,8 @@ measurements: a prefill forward costs a fixed part (reading the weights, as a de
 does) plus a part per token, fitted over recent prefills; a chunk that goes into the decode
 step's forward (segments.py) costs only what it adds to the step, fitted apart. With no
 stream decoding there is nothing to protect, and prompts go in up to the step's ceiling.
-PACE is 0.6 rather than nearer 1: the p99 of the gaps sits some 10-15% above their typical
-length on a small CPU, and the bar is the p99 at twice the steady gap.
+PACE is 0.6 rather than nearer 1: on a small CPU the p99 of the gaps sits well above their
+typical length, and the bar is the p99 at twice the steady gap.
 """
 
 from __future__ import annotations

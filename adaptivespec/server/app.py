@@ -22,7 +22,7 @@ from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.runner import Runner
 from adaptivespec.engine.tokenizer import ByteTokenizer, Tokenizer
-from adaptivespec.server import admin, openai_api
+from adaptivespec.server import admin, admin_auth, openai_api
 from adaptivespec.server.fleet_sync import FleetSync
 from adaptivespec.server.metrics import Metrics
 from adaptivespec.server.protocol import ApiError, error_body
@@ -49,7 +49,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def create_app(config: ServeConfig, notifier: Notifier | None = None) -> web.Application:
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[errors, draining, admin.guard])
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[errors, draining, admin_auth.guard]
+    )
     app[CONFIG] = config
     app[METRICS] = Metrics()
     app[NOTIFIER] = notifier or Notifier()

@@ -16,7 +16,8 @@ from adaptivespec.store.db import StoreError, current_revision, make_engine, sql
 from adaptivespec.store.fleet import FleetRepository
 from adaptivespec.store.integrity import damaged, sqlite_problems
 from adaptivespec.store.pooled_view import pooled_thresholds
-from adaptivespec.store.repository import Store, ThresholdRow
+from adaptivespec.store.repository import Store
+from adaptivespec.store.rows import ThresholdRow
 
 
 @dataclass(frozen=True, slots=True)

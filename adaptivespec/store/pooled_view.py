@@ -14,7 +14,7 @@ from adaptivespec.controller import exports
 from adaptivespec.controller.controller import SIM_METHODS, Controller, ControllerConfig
 from adaptivespec.controller.report import CellDecision
 from adaptivespec.store.fleet import FleetKey, FleetRepository
-from adaptivespec.store.repository import ThresholdRow
+from adaptivespec.store.rows import ThresholdRow
 
 READER = "adaptivespec-thresholds"  # a host id that owns no rows: the view is every host's
 EVERYONE = 10.0**9  # seconds: every host that ever flushed counts as live (only probe shares use it)

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from adaptivespec.server.admin import host_name
+from adaptivespec.server.admin_auth import host_name
 from adaptivespec.server.state import SERVICES
 
 from .conftest import TOKEN

@@ -3,8 +3,8 @@
 Every pair of runs decodes greedily in fp32 and must produce the same tokens; each case also
 reports our framework overhead: wall time not spent inside model forwards, as a fraction.
 Each case runs ours and the baseline alternately for several rounds and reports the median
-of the rounds' ratios with their range: whole runs on a small shared machine drift by 10-30%
-from one minute to the next, more than the differences being measured.
+of the rounds' ratios with their range: whole runs on a small shared machine drift from one
+minute to the next by more than the differences being measured.
 
 `generate` runs the model as transformers loads it. Our engine packs its linear weights for
 oneDNN on a CPU (packed_linear.py), so the batch cases also run `generate` on the packed
