@@ -7,7 +7,7 @@
 #   4. the compiled step against the eager one, with compile time (cuda only: on a 2-core CPU
 #      compiling takes about 5 minutes, measured apart with `bench variants --compare compile`);
 #   5. the serving workload on the default model (`bench workload --quick`).
-# Everything lands in one folder (--out), ready to be recorded in docs/benchmarks.md.
+# Everything lands in one folder (--out), ready to be recorded in docs/results.md.
 #
 #   ops/gpu-check.sh [--device cuda|cpu] [--out DIR] [--smoke]
 #

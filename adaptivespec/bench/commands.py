@@ -4,7 +4,7 @@ The rule for this package: a subcommand with more than a screen of code has its 
 named after it (`bench control` -> `control.py`, with `register` and `run`; `engine_bench.py`
 and `controller_bench.py` where the plain name is one of our packages); everything else
 is a helper named for what it is (`oracle.py`, `interleaved.py`, `hf_loop.py`). Each
-command prints a table and can write JSON for docs/benchmarks.md.
+command prints a table and can write JSON for docs/results.md.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ class OpenVINO:
         """Exports the model on first use; later runs reuse the export."""
         if not python.exists():
             raise SystemExit(
-                f"--openvino-python {python} does not exist; see docs/benchmarks.md for the setup"
+                f"--openvino-python {python} does not exist; "
+                "the README's `bench workload` part shows how to set that environment up"
             )
         tag = hashlib.sha256(str(Path(source_dir).resolve()).encode()).hexdigest()[:12]
         out = cache_dir() / "openvino" / f"{Path(source_dir).name}-{tag}-fp32"

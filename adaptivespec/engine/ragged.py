@@ -34,8 +34,8 @@ class RaggedLayout:
         The per-token indices are worked out on the host, from values it already holds, and
         copied to the device (on cpu the tensors wrap the arrays). The mask, which grows with
         the context, is built on the device, or on cpu by numpy, whose few operations cost
-        half what torch's dispatch does right after a forward (docs/benchmarks.md, "Batch-1
-        overhead under the bar").
+        less than torch's dispatch does right after a forward (docs/decisions.md, cold caches
+        after a forward).
         """
         width, read_len = int(count.max()), int((start + count).max())
         if (count == width).all():  # a decode step: no pads, and no per-token choices to make
