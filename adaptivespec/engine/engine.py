@@ -20,17 +20,18 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from adaptivespec.config import EngineConfig
+from adaptivespec.engine.delivery import Delivery
 from adaptivespec.engine.intake import Intake
 from adaptivespec.engine.live_requests import LiveRequests
 from adaptivespec.engine.prefill_pacer import PrefillPacer
 from adaptivespec.engine.records import Completion, EngineTotals
 from adaptivespec.engine.request_stream import RequestStream
-from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput, Runner
+from adaptivespec.engine.runner import DecodeOutput, PrefillItem, Runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.scheduler import PromptChunk, RowMoves, Scheduler
 from adaptivespec.engine.sequence import Sequence
 from adaptivespec.engine.spec_policy import SpecPolicy
-from adaptivespec.engine.telemetry import TelemetryBus, decode_record
+from adaptivespec.engine.telemetry import TelemetryBus
 from adaptivespec.engine.tokenizer import Tokenizer
 from adaptivespec.errors import EngineStoppedError
 
@@ -77,8 +78,7 @@ class Engine:
         self._executor: ThreadPoolExecutor | None = compute
         self._task: asyncio.Task[None] | None = None
         self._ahead: DecodeInFlight | None = None  # the next step, submitted before this one's streaming
-        self.steps = 0
-        self.totals = EngineTotals()
+        self.delivery = Delivery(runner, self.telemetry, self.pacer)
         self.failure: str | None = None  # why the step loop died; the service must be restarted
         self.requests = LiveRequests(on_abort=self._wakeup.set)
         self._progress_at = time.monotonic()  # the last step's end, or when work last arrived
@@ -103,6 +103,15 @@ class Engine:
         if self._executor is not None and self._owns_executor:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+    @property
+    def steps(self) -> int:
+        """Decode steps run so far."""
+        return self.delivery.steps
+
+    @property
+    def totals(self) -> EngineTotals:
+        return self.delivery.totals
 
     @property
     def running(self) -> bool:
@@ -248,7 +257,7 @@ class Engine:
                 await self._prefill(row_start + i, [chunk], [item])
             return
         self.pacer.prefilled(sum(c.end - c.start for c in chunks), out.seconds)
-        self._first_tokens(chunks, out)
+        self.delivery.first_tokens(chunks, out)
 
     def _fuses(self, batch: int, context: float) -> bool:
         """Whether this step would be a plain one that can take the prompt chunks in its forward."""
@@ -274,9 +283,8 @@ class Engine:
             await self._prefill(row_start, chunks, items)
             return
         self.pacer.prefilled_beside_step(sum(c.end - c.start for c in chunks), out.step_seconds)
-        self.totals.steps_with_prompts += 1
-        self._first_tokens(chunks, prefill)
-        self._stream_step(batch, context, out, timed=False)
+        self.delivery.first_tokens(chunks, prefill)
+        self.delivery.decoded(batch, context, out, timed=False, with_prompts=True)
 
     async def _plain_step(self, batch: list[Sequence], context: float) -> None:
         try:
@@ -286,14 +294,7 @@ class Engine:
             for sequence in batch:
                 sequence.fail("error", f"decode step failed: {type(exc).__name__}: {exc}")
             return
-        self._stream_step(batch, context, out, timed=False)
-
-    def _first_tokens(self, chunks: list[PromptChunk], out: PrefillOutput) -> None:
-        for chunk, token in zip(chunks, out.first_tokens, strict=True):
-            if token is None:
-                continue  # more of its prompt goes in next step
-            self.totals.prompt_tokens += len(chunk.sequence.prompt_ids)
-            self.totals.generation_tokens += chunk.sequence.add_tokens([token], self.runner.eos_token_ids)
+        self.delivery.decoded(batch, context, out, timed=False)
 
     async def _decode(self) -> None:
         step = self._ahead if self._ahead is not None else await self._launch()
@@ -307,11 +308,11 @@ class Engine:
             for sequence in step.batch:
                 sequence.fail("error", f"decode step failed: {type(exc).__name__}: {exc}")
             return
-        if self._batch_stays(step.batch, out):
+        overlapped = self._batch_stays(step.batch, out)
+        if overlapped:
             lengths = [len(s) + len(t) for s, t in zip(step.batch, out.tokens, strict=True)]
             self._ahead = self._submit_decode(step.batch, lengths)
-            self.totals.overlapped_steps += 1
-        self._stream_step(step.batch, step.context, out)
+        self.delivery.decoded(step.batch, step.context, out, overlapped=overlapped)
 
     async def _launch(self) -> DecodeInFlight | None:
         await self._move(self.scheduler.compact())  # some may have finished at their first token
@@ -337,30 +338,6 @@ class Engine:
             return False
         eos = self.runner.eos_token_ids
         return not any(s.may_finish_with(t, eos) for s, t in zip(batch, out.tokens, strict=True))
-
-    def _stream_step(
-        self, batch: list[Sequence], context: float, out: DecodeOutput, timed: bool = True
-    ) -> None:
-        """`timed`: the step was a decode step alone, so its time is the pacer's and telemetry's."""
-        self.steps += 1
-        if timed:
-            self.pacer.decoded(out.step_seconds)
-        kept = 0
-        for sequence, tokens, drafted, accepted in zip(
-            batch, out.tokens, out.drafted, out.accepted, strict=True
-        ):
-            sequence.stats.steps += 1
-            sequence.stats.drafted += drafted
-            sequence.stats.accepted += accepted
-            if not sequence.finished:
-                kept += sequence.add_tokens(tokens, self.runner.eos_token_ids)
-        self.totals.generation_tokens += kept
-        if not timed:
-            return
-        keys = {"model_key": self.runner.model_key, "hardware_key": self.runner.hardware_key}
-        self.telemetry.publish(
-            decode_record(out, **keys, batch_size=len(batch), context=context, emitted=kept)
-        )
 
     async def _move(self, moves: RowMoves) -> None:
         """Applies the scheduler's row moves to the KV cache. Not contained: if this fails, which
