@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from river import drift
+
 from adaptivespec.controller.arms import Arm
 
 PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at batch 1 do not zero it
@@ -30,6 +32,9 @@ PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at b
 # price it by the prior and rule it out unseen. The error counts measured rows only: the prior
 # is a guess, not evidence, and a drafter never measured may keep anything.
 HOPE_Z = 1.0
+# After a detected change in the first draft's acceptance, a curve keeps at most this many
+# rows' worth of what it measured before: the new rows then outweigh the old at once.
+ROWS_AFTER_DRIFT = PRIOR_ROWS
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -66,11 +71,21 @@ class AcceptanceEstimator:
         self._pooled: list[list[_Position]] = [
             [_Position() for _ in range(positions + 1)] for _ in range(contexts)
         ]  # other hosts' rows (see controller.fleet), beside this host's own
+        # Per context bucket, ADWIN over each drafting step's share of rows that kept their first
+        # draft (a share that does not depend on K, so exploring K is no change).
+        self._changes = [drift.ADWIN() for _ in range(contexts)]
+        self.drifts = 0  # changes detected, over every context bucket
 
     def observe(self, ctx: int, k: int, rows: int, kept_at_least: tuple[int, ...]) -> None:
         """One step that chose K for `rows` rows; `kept_at_least[j - 1]` rows kept >= j drafts."""
         previous = float(rows)
         curve = self._curve[ctx]
+        if k > 0 and rows > 0:
+            first = (kept_at_least[0] if kept_at_least else 0) / rows
+            detector = self._changes[ctx]
+            detector.update(first)
+            if detector.drift_detected:
+                self._shrink(ctx)
         for j in range(1, min(k, self.positions) + 1):
             kept = float(kept_at_least[j - 1]) if j <= len(kept_at_least) else 0.0
             position = curve[j]
@@ -105,6 +120,17 @@ class AcceptanceEstimator:
             survival *= min(1.0, rate + z * (rate * (1 - rate) / (at_risk + 1)) ** 0.5)
             expected.append(expected[-1] + survival)
         return expected
+
+    def _shrink(self, ctx: int) -> None:
+        """The drafts' acceptance changed (other traffic, another model): the measured rows
+        before the change keep at most `ROWS_AFTER_DRIFT` rows' weight."""
+        self.drifts += 1
+        curve = self._curve[ctx]
+        scale = min(1.0, ROWS_AFTER_DRIFT / curve[1].at_risk) if curve[1].at_risk else 1.0
+        for position in curve[1:]:
+            position.kept *= scale
+            position.at_risk *= scale
+        self._forget_curve(ctx)
 
     def _forget_curve(self, ctx: int) -> None:
         self._tokens[ctx] = self._hoped[ctx] = None

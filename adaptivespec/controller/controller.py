@@ -164,8 +164,10 @@ class Controller:
         return thresholds(self.decisions())
 
     def exploration(self) -> dict[str, float]:
-        """Steps spent on arms the measurements already showed to be worse than the decision."""
-        return exploration(self.cells)
+        """Steps spent on arms the measurements already showed to be worse than the decision,
+        and the changes of acceptance detected (each made its drafter forget older rows)."""
+        changes = sum(estimator.drifts for estimator in self.acceptance.values())
+        return {**exploration(self.cells), "acceptance_changes": float(changes)}
 
     # ---- operator controls: each applied live and recorded in the history ---------------------
     def set_overrides(self, overrides: tuple[Override, ...], reason: str = "override") -> None:

@@ -88,3 +88,31 @@ def test_a_seeded_prior_holds_until_measurements_outweigh_it() -> None:
     assert estimator.expected_tokens(0, 0) == 1.0
     _observe(estimator, 300, 3, 8, (0.8, 0.8))
     assert estimator.expected_tokens(0, 3) == pytest.approx(_true_tokens(0.8, 0.8, 3), rel=0.05)
+
+
+def _first_rates(seed: int, steps: tuple[tuple[int, float], ...], rows: int = 8) -> tuple[float, int, float]:
+    """Feeds K = 1 steps of `rows` rows at each (steps, first-draft rate); returns the
+    estimator's first rate, its detected changes, and what the decay alone would estimate."""
+    rng = np.random.default_rng(seed)
+    estimator = AcceptanceEstimator(1, positions=1)
+    kept_sum = at_risk_sum = 0.0
+    for count, rate in steps:
+        for _ in range(count):
+            kept = _kept(rng, rows, 1, rate, rate)
+            estimator.observe(0, 1, rows, survival_counts(kept, 1))
+            kept_sum = estimator.decay * kept_sum + sum(kept)
+            at_risk_sum = estimator.decay * at_risk_sum + rows
+    decay_only = (kept_sum + 20 * 0.6) / (at_risk_sum + 20)  # the prior's 20 rows at 0.6
+    return estimator.rates(0).first, estimator.drifts, decay_only
+
+
+def test_a_change_in_acceptance_is_detected_and_the_curve_follows_it_at_once() -> None:
+    """0.8 falls to 0.4: 60 steps later the estimate is below 0.55, where the decay alone would
+    still be above 0.58 (the power check); a steady 0.8 or 0.4 is never taken for a change."""
+    for seed in range(5):
+        first, drifts, decay_only = _first_rates(seed, ((400, 0.8), (60, 0.4)))
+        assert drifts >= 1 and first < 0.55, (seed, first, drifts)
+        assert decay_only > 0.58
+        for rate in (0.8, 0.4):
+            steady, none, _ = _first_rates(seed, ((460, rate),))
+            assert none == 0 and abs(steady - rate) < 0.06, (seed, rate, steady)
