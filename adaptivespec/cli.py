@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from adaptivespec import generate_command
 from adaptivespec.config import (
     ATTENTIONS,
     COMPILE_CHOICES,
@@ -24,15 +25,13 @@ from adaptivespec.config import (
     DEVICES,
     DTYPES,
     LINEAR_CHOICES,
-    EngineConfig,
-    ModelConfig,
 )
 from adaptivespec.errors import AdaptiveSpecError
 from adaptivespec.store import command_args as store_args
 from adaptivespec.train import command_args as train_args
 
 if TYPE_CHECKING:
-    from adaptivespec.engine.records import Completion
+    pass
 
 _TARGET_HELP = (
     f"model directory, .gguf file, hub id in the local cache, or 'demo' (the trained demo pair); "
@@ -172,80 +171,6 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--kv-cache-memory", help=_KV_HELP)
 
 
-def _prompts(args: argparse.Namespace) -> list[str]:
-    if args.prompt is not None:
-        return [args.prompt]
-    path: Path = args.prompts_file
-    if not path.is_file():
-        raise AdaptiveSpecError(f"prompts file {path} does not exist")
-    prompts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not prompts:
-        raise AdaptiveSpecError(f"prompts file {path} holds no prompts (one per line)")
-    return prompts
-
-
-async def _generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
-    from adaptivespec.controller.policy import FixedK
-    from adaptivespec.engine.engine import Engine, compute_thread
-    from adaptivespec.engine.loader import load_runner
-    from adaptivespec.engine.sampling import SamplingParams
-
-    prompts = _prompts(args)
-    params = SamplingParams(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed
-    )
-    models = ModelConfig(
-        target=args.target,
-        draft=args.draft,
-        proposer=args.proposer,
-        device=args.device,
-        dtype=args.dtype,
-    )
-    config = EngineConfig(
-        max_batch=min(64, len(prompts)),
-        max_queued=len(prompts),
-        max_context=args.max_context,
-        threads=args.threads,
-        kv_cache_memory=args.kv_cache_memory,
-        models=models,
-    )
-    compute = compute_thread()
-    try:
-        loaded = await asyncio.get_running_loop().run_in_executor(compute, load_runner, config)
-        engine = Engine(loaded.runner, loaded.tokenizer, FixedK(args.k), config, compute=compute)
-        await engine.start()
-        try:
-            completions = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
-        finally:
-            await engine.stop()
-    finally:
-        compute.shutdown(wait=True)
-    return list(zip(prompts, completions, strict=True))
-
-
-def _print_completions(results: list[tuple[str, Completion]], as_json: bool) -> None:
-    for prompt, done in results:
-        if as_json:
-            record = {
-                "prompt": prompt,
-                "text": done.text,
-                "token_ids": done.token_ids,
-                "finish_reason": done.finish_reason,
-                "steps": done.stats.steps,
-                "drafted": done.stats.drafted,
-                "accepted": done.stats.accepted,
-            }
-            print(json.dumps(record), flush=True)
-        else:
-            print(prompt + done.text, flush=True)
-            rate = done.stats.accepted / done.stats.drafted if done.stats.drafted else 0.0
-            print(
-                f"--- {len(done.token_ids)} tokens in {done.stats.steps} steps, "
-                f"acceptance {rate:.2f}, finish: {done.finish_reason}",
-                file=sys.stderr,
-            )
-
-
 def _demo(args: argparse.Namespace) -> None:
     from adaptivespec.engine.demo_models import ensure_demo_pair
 
@@ -303,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level.upper(), stream=sys.stderr)
     try:
         if args.command == "generate":
-            _print_completions(asyncio.run(_generate(args)), args.json)
+            generate_command.print_completions(asyncio.run(generate_command.generate(args)), args.json)
         elif args.command == "demo":
             _demo(args)
         elif args.command == "bench":

@@ -20,7 +20,7 @@ LAYERS = (
     ("controller", "train"),
     ("sim",),
     ("store",),
-    ("server",),
+    ("server", "generate_command"),
     ("bench",),
     ("cli",),
 )

@@ -19,9 +19,10 @@ from adaptivespec.engine.cached_model import CachedModel, ForwardClock
 from adaptivespec.engine.packed_linear import packed_layers
 from adaptivespec.engine.proposers import Proposal, Proposer
 from adaptivespec.engine.ragged import RaggedLayout
+from adaptivespec.engine.row_sampling import RowSampling
 from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
-from adaptivespec.engine.sampling import SAMPLING_DTYPE, BatchSampling, SamplingParams, next_tokens
+from adaptivespec.engine.sampling import BatchSampling, SamplingParams, next_tokens
 from adaptivespec.engine.segments import SegmentLayout
 from adaptivespec.engine.verification import verify
 
@@ -59,12 +60,7 @@ class HFRunner:
         self.vocab_rows = int(cast(torch.nn.Embedding, target.get_input_embeddings()).num_embeddings)
         self.device = self.target.device
         self.rows = RowState.allocate(max_batch, self.cache_len, self.device)
-        self._temperature = torch.ones(max_batch, dtype=SAMPLING_DTYPE, device=self.device)
-        self._top_p = torch.ones(max_batch, dtype=SAMPLING_DTYPE, device=self.device)
-        self._greedy = torch.ones(max_batch, dtype=torch.bool, device=self.device)
-        self._host_greedy = np.ones(max_batch, dtype=bool)
-        self._host_top_p = np.ones(max_batch)
-        self._seeds = [0] * max_batch  # each row's request seed: its sampling noise comes from it
+        self.row_sampling = RowSampling(max_batch, self.device)
 
     @property
     def models(self) -> list[PreTrainedModel]:
@@ -175,7 +171,7 @@ class HFRunner:
         for r, item in enumerate(items):
             if item.completes:
                 self.rows.write_prompt(row_start + r, item.prompt)
-                self._set_sampling(row_start + r, item)
+                self.row_sampling.set(row_start + r, item)
                 done += 1
         return done
 
@@ -239,12 +235,7 @@ class HFRunner:
         self.rows.move(srcs, dsts)
         for proposer in self.proposers.values():
             proposer.move_rows(srcs, dsts, upto)
-        for values in (self._temperature, self._top_p, self._greedy):
-            values[dst] = values[src]
-        for host in (self._host_greedy, self._host_top_p):
-            host[dsts] = host[srcs]
-        for s, d in zip(srcs, dsts, strict=True):
-            self._seeds[d] = self._seeds[s]
+        self.row_sampling.move(srcs, dsts, src, dst)
 
     def forget_history(self) -> None:
         """The drafter forgets earlier requests (benchmarks replaying them to each contender);
@@ -306,24 +297,8 @@ class HFRunner:
         counts = np.full(batch, width, dtype=np.int64)
         return RaggedLayout.build(self.rows.host_lens[:batch] - 1, counts, self.cache_len, self.device)
 
-    def _set_sampling(self, row: int, item: PrefillItem) -> None:
-        params = item.params
-        self._greedy[row] = params.greedy
-        self._temperature[row] = 1.0 if params.greedy else params.temperature
-        self._top_p[row] = params.top_p
-        self._host_greedy[row] = params.greedy
-        self._host_top_p[row] = params.top_p
-        self._seeds[row] = item.seed
-
     def _sampling(self, rows: slice, positions: np.ndarray | None = None) -> BatchSampling:
         """`positions`: the index each row's next token takes (default: the rows' lengths)."""
-        return BatchSampling(
-            self._temperature[rows],
-            self._top_p[rows],
-            self._greedy[rows],
-            self._seeds[rows],
-            self.rows.host_lens[rows].copy() if positions is None else positions,
-            self._host_greedy[rows],
-            all_greedy=bool(self._host_greedy[rows].all()),
-            any_top_p=bool((self._host_top_p[rows] < 1.0).any()),
+        return self.row_sampling.of(
+            rows, self.rows.host_lens[rows].copy() if positions is None else positions
         )
