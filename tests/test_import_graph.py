@@ -7,7 +7,6 @@ Run as a script (`python -m tests.test_import_graph`) to print the graph between
 from __future__ import annotations
 
 import ast
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,7 +69,6 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     low: dict[str, int] = {}
     stack: list[str] = []
     found: list[list[str]] = []
-    sys.setrecursionlimit(10_000)
 
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)

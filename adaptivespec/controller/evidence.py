@@ -36,7 +36,7 @@ class CellEvidence:
     @property
     def steps(self) -> int:
         """Steps measured in this cell, here and by the fleet."""
-        return self.samples + sum(stat.count for stat in self.fleet.values())
+        return self.samples + self.pooled_steps
 
     @property
     def pooled_steps(self) -> int:

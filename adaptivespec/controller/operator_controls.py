@@ -61,7 +61,11 @@ class OperatorControls:
             try:
                 self._check(override)
             except ConfigError as exc:
-                log.warning("the fleet's override %s does not apply here: %s", override, exc)
+                log.warning(
+                    "override %s (set on another host, or before a restart) does not apply here: %s",
+                    override,
+                    exc,
+                )
             else:
                 runnable.append(override)
         self.frozen, self.overrides = frozen, tuple(runnable)

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from adaptivespec.controller.acceptance import Acceptance
 from adaptivespec.controller.buckets import BATCH_BUCKETS, crossover
 from adaptivespec.controller.cell import Cell
-
-CellKey = tuple[int, int]  # (context bucket, batch bucket)
+from adaptivespec.controller.cell_table import CellKey
 
 
 @dataclass(frozen=True, slots=True)
