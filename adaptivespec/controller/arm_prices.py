@@ -79,17 +79,22 @@ class ArmPrices:
         its own arms share one acceptance curve, whose error moves them together, and they are
         bounded as they are measured; another drafter's curve is an independent estimate, and
         its arms are bounded with what that drafter may yet keep."""
-        costs = OptimisticCosts(self.times, floor)
+        # Unmeasured arms are bounded from the measured arms' figures; on a noisy machine from
+        # each one's best case, as its own upper bound prices it (less its error and the stall a
+        # few steps may hold), so that one stalled step does not price out the arms beyond it.
+        noisy = self.tail >= NOISY_TAIL
+        best_case = {j: self.seconds[j] / (1 + self._upper_error(j) * noisy) for j in predicted}
+        costs = OptimisticCosts(best_case, floor)
         bounds = {}
         for k in self.arms:
             hope = self.hoped[k] / self.tokens[k] if k.method != drafting else 1.0
             if k in predicted:
                 bounds[k] = predicted[k] * hope * (1 + self._upper_error(k))
                 if self.tail >= NOISY_TAIL and samples_of(self.times.get(k)) < 2:
-                    others = OptimisticCosts({j: t for j, t in self.times.items() if j != k}, floor)
+                    others = OptimisticCosts({j: t for j, t in best_case.items() if j != k}, floor)
                     if (seconds := others.seconds(k)) is not None:
-                        best_case = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
-                        bounds[k] = max(bounds[k], best_case)
+                        unmeasured = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
+                        bounds[k] = max(bounds[k], unmeasured)
             elif (seconds := costs.seconds(k)) is not None:
                 bounds[k] = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
         return bounds

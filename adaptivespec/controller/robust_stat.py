@@ -3,9 +3,15 @@
 On a shared host step times are heavy-tailed: a step that lost its core to another process
 takes several times the usual. One such step moves an exponentially weighted mean by a tenth
 of its excess, and the variance by far more, so an arm measured beside a stall looks worse
-than it is for the next dozen steps. The interquartile mean (the mean of the middle half) of
-the last `window` steps ignores the tails on both sides; the interquartile range, scaled to a
-normal standard deviation, is the spread, so an interval still widens with measured noise.
+than it is for the next dozen steps. Nor is the middle of the window safe: on a 2-core host
+with one core taken, a third of the steps or more may stall, and an interquartile mean or a
+median of a few steps is then often a stalled figure. A stall only ever slows a step, so the
+location is the window's lower quartile (an order statistic: it stands while a quarter of the
+steps are clean), and the spread is the lower half's, median less first quartile scaled to a
+normal standard deviation, so an interval still widens with measured noise. The lower
+quartile sits below a quiet machine's mean by a fraction of its jitter, alike for every arm,
+so arms compare as their means would; a stalled share common to all arms scales every arm's
+mean goodput alike, so the unstalled figure also ranks them as their means would.
 
 Fields `mean`, `var` and `count` mean what `EWStat`'s do, so the store, the fleet's totals and
 the cells read either alike; a restored stat starts from them until its window has samples.
@@ -17,15 +23,15 @@ from collections import deque
 from dataclasses import dataclass, field
 
 WINDOW = 24  # steps: about what an exponential mean with fading 0.1 remembers (19)
-IQR_TO_SIGMA = 1.349  # interquartile range of a normal distribution, in standard deviations
-MIN_ROBUST = 4  # fewer samples than this: their lower median and plain variance
+HALF_IQR_TO_SIGMA = 0.6745  # median - first quartile of a normal distribution, in standard deviations
+MIN_ROBUST = 4  # fewer samples than this: their smallest and plain variance
 
 
 @dataclass(slots=True)
 class RobustStat:
     window: int = WINDOW
-    mean: float = 0.0  # interquartile mean of the window (or what was restored)
-    var: float = 0.0  # (IQR / 1.349)^2 of the window (or what was restored)
+    mean: float = 0.0  # lower quartile of the window (or what was restored)
+    var: float = 0.0  # ((median - lower quartile) / 0.6745)^2 of the window (or what was restored)
     count: int = 0  # every sample ever, restored ones included
     _recent: deque[float] = field(default_factory=deque)
     _restored: bool = False  # mean and var came from the store: they stand until the window can
@@ -57,18 +63,9 @@ class RobustStat:
 def _location_and_spread(ordered: list[float]) -> tuple[float, float]:
     n = len(ordered)
     if n < MIN_ROBUST:
-        # Too few for quartiles: the lower median (the smaller of two), since a stall only ever
-        # slows a step; the spread is the plain one, so that a stall still widens the interval.
+        # Too few for quartiles: the smallest, since a stall only ever slows a step; the spread
+        # is the plain one, so that a stall still widens the interval.
         mean = sum(ordered) / n
-        return ordered[(n - 1) // 2], sum((x - mean) ** 2 for x in ordered) / max(n - 1, 1)
-    lo, hi = n // 4, n - n // 4
-    middle = ordered[lo:hi]
-    q1, q3 = _quantile(ordered, 0.25), _quantile(ordered, 0.75)
-    return sum(middle) / len(middle), ((q3 - q1) / IQR_TO_SIGMA) ** 2
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    position = q * (len(ordered) - 1)
-    below = int(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (position - below) * (ordered[above] - ordered[below])
+        return ordered[0], sum((x - mean) ** 2 for x in ordered) / max(n - 1, 1)
+    q1, median = ordered[(n - 1) // 4], ordered[(n - 1) // 2]
+    return q1, ((median - q1) / HALF_IQR_TO_SIGMA) ** 2

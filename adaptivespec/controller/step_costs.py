@@ -1,6 +1,7 @@
 """The learned step cost: seconds per step for each arm, measured per cell, bounded where unmeasured.
 
-Measured arms are used as they are. An unmeasured arm gets an *optimistic* bound from the
+Measured arms are used as they are, but capped by the larger K measured on their chain (a
+stalled step must not bound the arms beyond it). An unmeasured arm gets an *optimistic* bound from the
 shape a decode step has along its drafter's chain (arms.py; a roofline: the maximum of linear
 costs, so non-decreasing and convex in K): the cost never falls as K grows; beyond the two
 largest measured arms it keeps rising at least at half their secant slope (half, because real
@@ -56,13 +57,15 @@ class OptimisticCosts:
     """The lowest step time each arm can have, given one cell's measurements and `floor`."""
 
     def __init__(
-        self, times: Mapping[Arm, Summary], floor: Callable[[Arm], float | None] | None = None
+        self, seconds: Mapping[Arm, float], floor: Callable[[Arm], float | None] | None = None
     ) -> None:
-        self._by_arm = {a: s.mean for a, s in times.items() if s.count}
+        """`seconds`: the measured arms' step times."""
+        self._by_arm = _capped(dict(seconds))
         self._chains: dict[str, _Chain] = {}
         self._floor = floor
 
     def seconds(self, arm: Arm) -> float | None:
+        """A measured arm's own figure (capped as `_capped` says), else its optimistic bound."""
         measured = self._by_arm.get(arm)
         if measured is not None:
             return measured
@@ -86,6 +89,21 @@ class OptimisticCosts:
         return found
 
 
+def _measured(times: Mapping[Arm, Summary]) -> dict[Arm, float]:
+    return {a: s.mean for a, s in times.items() if s.count}
+
+
+def _capped(measured: dict[Arm, float]) -> dict[Arm, float]:
+    """Each measured arm's step time, capped by every larger K measured on its chain (OFF: by
+    every drafting arm). The cost never falls as K grows, so a smaller arm measured slower than
+    a larger one met a stall (or a kernel's irregularity); left as it is, that one figure would
+    bound every unmeasured arm beyond it, and price them out before they are tried."""
+    return {
+        a: min([t, *(u for b, u in measured.items() if b.k > a.k and (a.k == 0 or b.method == a.method))])
+        for a, t in measured.items()
+    }
+
+
 def relative_cost_floor(
     here: Mapping[Arm, Summary], smaller_batch: Mapping[Arm, Summary]
 ) -> Callable[[Arm], float | None]:
@@ -101,7 +119,7 @@ def relative_cost_floor(
     common = [a for a, s in here.items() if s.count and a in smaller_batch and smaller_batch[a].count]
     if not common:
         return lambda arm: None
-    there = OptimisticCosts(smaller_batch)
+    there, here_costs = OptimisticCosts(_measured(smaller_batch)), OptimisticCosts(_measured(here))
 
     def floor(arm: Arm) -> float | None:
         refs = [a for a in chain(common, arm.method) if a.k < arm.k]
@@ -109,9 +127,9 @@ def relative_cost_floor(
         if not refs or seconds is None:
             return None
         ref = refs[0]
-        there_ref = smaller_batch[ref].mean
-        if there_ref <= 0:
+        there_ref, here_ref = there.seconds(ref), here_costs.seconds(ref)
+        if there_ref is None or here_ref is None or there_ref <= 0:
             return None
-        return here[ref].mean * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0))
+        return here_ref * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0))
 
     return floor

@@ -40,17 +40,37 @@ def test_stalled_steps_leave_the_decision_near_the_best() -> None:
     assert hits >= 24
 
 
+def _ran(machine: Machine, run: Run) -> float:
+    """The goodput of the arms a run chose, at the machine's unstalled costs, over the best
+    fixed K's: how good the choices were, whatever stalls each run happened to draw."""
+    tokens = sum(machine.tokens(k) for k in run.ks)
+    return tokens / sum(machine.seconds(k) for k in run.ks) / machine.goodput(machine.best())
+
+
 def test_on_a_noisy_machine_it_keeps_close_to_the_best_fixed_k() -> None:
-    """Realised goodput against the best fixed K on the same stalls (paired by seed): the
-    median ratio over 30 seeds, and every seed above a floor. (The controller these tests
-    replaced: median 0.928, worst 0.70, on the same seeds.)"""
+    """The arms chosen, against the best fixed K, over 30 seeds of 15% stalled steps: the
+    median and every seed above a floor. (Judged at unstalled costs: realised goodput set
+    against another run's goodput carries which of the two drew more stalls. The controller
+    before the lower-quartile step times and the capped cost bounds scored median 0.991, worst
+    0.921, on the same seeds.)"""
     machine = Machine(stall_share=0.15)
-    ratios = []
-    for seed in SEEDS:
-        _, learned = _learn(machine, 8, seed)
-        ratios.append(learned.goodput / _fixed(machine, 8, seed, machine.best()).goodput)
+    ratios = [_ran(machine, _learn(machine, 8, seed)[1]) for seed in SEEDS]
+    assert statistics.median(ratios) >= 0.98
+    assert min(ratios) >= 0.90
+
+
+def test_a_third_of_the_steps_stalled_at_batch_1() -> None:
+    """A 2-core host with one core taken: a third of the steps stall, at batch 1, where K = 4
+    is best and every K from 2 up is within 6% of it (steps cost about the same whatever K).
+    Over 30 seeds the arms chosen keep a median of 0.95 of the best and a worst of 0.75. The
+    controller before the lower-quartile step times and the capped cost bounds scored a
+    median of 0.916 here (the power check): a stalled step at a small K bounded every larger
+    K's cost, and they were priced out unseen."""
+    machine = Machine(slope=0.04, alpha=0.55, stall_share=0.35, stall=(3.0, 5.0))
+    assert machine.best() == 4
+    ratios = [_ran(machine, _learn(machine, 1, seed, steps=300)[1]) for seed in SEEDS]
     assert statistics.median(ratios) >= 0.95
-    assert min(ratios) >= 0.80
+    assert min(ratios) >= 0.75
 
 
 def test_a_catch_up_is_charged_to_the_switch_not_to_the_arm() -> None:

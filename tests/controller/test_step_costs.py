@@ -1,0 +1,38 @@
+"""Optimistic step-cost bounds for arms a cell has not measured (step_costs.py)."""
+
+import pytest
+
+from adaptivespec.controller.arms import OFF, Arm, arm
+from adaptivespec.controller.stats import EWStat, Summary
+from adaptivespec.controller.step_costs import OptimisticCosts, relative_cost_floor
+
+
+def test_the_cost_never_falls_as_k_grows_beyond_the_measured_arms() -> None:
+    costs = OptimisticCosts({OFF: 0.010, arm("ngram", 1): 0.011, arm("ngram", 2): 0.013})
+    assert costs.seconds(arm("ngram", 3)) == pytest.approx(0.013 + 0.5 * 0.002)  # half the secant
+    assert costs.seconds(arm("suffix", 3)) == pytest.approx(0.010 * (1 + 3 * 0.05))  # from off
+
+
+def test_a_stalled_smaller_arm_does_not_price_out_the_arms_beyond_it() -> None:
+    """K = 0's one step stalled (4x): K = 1 and K = 2, measured cheaper, say what it costs at
+    most, so the unmeasured K = 8 is bounded by them and not by the stall."""
+    stalled = {OFF: 0.160, arm("ngram", 1): 0.040, arm("ngram", 2): 0.041}
+    costs = OptimisticCosts(stalled)
+    assert costs.seconds(OFF) == 0.040
+    assert costs.seconds(arm("ngram", 8)) == pytest.approx(0.041 + 6 * 0.5 * 0.001)
+    assert costs.seconds(arm("suffix", 4)) == pytest.approx(0.040 * (1 + 4 * 0.05))  # from off
+
+
+def test_a_smaller_batch_bounds_the_relative_cost_of_drafting_here() -> None:
+    def stats(seconds: dict[Arm, float]) -> dict[Arm, Summary]:
+        return {a: EWStat(mean=t, count=5) for a, t in seconds.items()}
+
+    smaller = stats({OFF: 0.010, arm("ngram", 1): 0.012, arm("ngram", 4): 0.020})
+    here = stats({OFF: 0.020, arm("ngram", 1): 0.030})
+    floor = relative_cost_floor(here, smaller)
+    # K = 4 cost 2x K = 0 there: here at least K = 0's time plus half that excess
+    assert floor(arm("ngram", 4)) == pytest.approx(0.020 * (1 + 0.5 * 1.0))
+    stalled = stats({OFF: 0.010, arm("ngram", 1): 0.050, arm("ngram", 2): 0.014, arm("ngram", 4): 0.020})
+    assert relative_cost_floor(here, stalled)(arm("ngram", 4)) == pytest.approx(0.020 * 1.5)
+    # a stalled K = 1 there, slower than K = 2: it counts as K = 2's 14 ms, not its own 50
+    assert relative_cost_floor(here, stalled)(arm("ngram", 2)) == pytest.approx(0.020 * (1 + 0.5 * 0.4))
