@@ -10,8 +10,10 @@ location is the window's lower quartile (an order statistic: it stands while a q
 steps are clean), and the spread is the lower half's, median less first quartile scaled to a
 normal standard deviation, so an interval still widens with measured noise. The lower
 quartile sits below a quiet machine's mean by a fraction of its jitter, alike for every arm,
-so arms compare as their means would; a stalled share common to all arms scales every arm's
-mean goodput alike, so the unstalled figure also ranks them as their means would.
+so arms compare as their means would. Where stalls scale with the step, the unstalled figure
+also ranks arms as their means would; where a stall adds the same seconds to any step (a lost
+time slice, as on the 2-core hosts measured), it under-values the arms that keep more tokens a
+step and so meet fewer stalls per token (docs/results.md, the controller on a busy machine).
 
 Fields `mean`, `var` and `count` mean what `EWStat`'s do, so the store, the fleet's totals and
 the cells read either alike; a restored stat starts from them until its window has samples.

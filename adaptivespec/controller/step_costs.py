@@ -1,7 +1,7 @@
 """The learned step cost: seconds per step for each arm, measured per cell, bounded where unmeasured.
 
-Measured arms are used as they are, but capped by the larger K measured on their chain (a
-stalled step must not bound the arms beyond it). An unmeasured arm gets an *optimistic* bound from the
+Measured arms are used as they are, capped by the larger K measured on their chain (a stalled
+step must not bound the arms beyond it). An unmeasured arm gets an *optimistic* bound from the
 shape a decode step has along its drafter's chain (arms.py; a roofline: the maximum of linear
 costs, so non-decreasing and convex in K): the cost never falls as K grows; beyond the two
 largest measured arms it keeps rising at least at half their secant slope (half, because real
