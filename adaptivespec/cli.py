@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from adaptivespec import generate_command
 from adaptivespec.config import (
@@ -29,9 +28,6 @@ from adaptivespec.config import (
 from adaptivespec.errors import AdaptiveSpecError
 from adaptivespec.store import command_args as store_args
 from adaptivespec.train import command_args as train_args
-
-if TYPE_CHECKING:
-    pass
 
 _TARGET_HELP = (
     f"model directory, .gguf file, hub id in the local cache, or 'demo' (the trained demo pair); "

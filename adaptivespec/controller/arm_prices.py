@@ -83,14 +83,16 @@ class ArmPrices:
         # each one's best case, as its own upper bound prices it (less its error and the stall a
         # few steps may hold), so that one stalled step does not price out the arms beyond it.
         noisy = self.tail >= NOISY_TAIL
-        best_case = {j: self.seconds[j] / (1 + self._upper_error(j) * noisy) for j in predicted}
+        best_case = {
+            j: self.seconds[j] / (1 + self._upper_error(j)) if noisy else self.seconds[j] for j in predicted
+        }
         costs = OptimisticCosts(best_case, floor)
         bounds = {}
         for k in self.arms:
             hope = self.hoped[k] / self.tokens[k] if k.method != drafting else 1.0
             if k in predicted:
                 bounds[k] = predicted[k] * hope * (1 + self._upper_error(k))
-                if self.tail >= NOISY_TAIL and samples_of(self.times.get(k)) < 2:
+                if noisy and samples_of(self.times.get(k)) < 2:
                     others = OptimisticCosts({j: t for j, t in best_case.items() if j != k}, floor)
                     if (seconds := others.seconds(k)) is not None:
                         unmeasured = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)

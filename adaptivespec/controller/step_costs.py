@@ -60,7 +60,7 @@ class OptimisticCosts:
         self, seconds: Mapping[Arm, float], floor: Callable[[Arm], float | None] | None = None
     ) -> None:
         """`seconds`: the measured arms' step times."""
-        self._by_arm = _capped(dict(seconds))
+        self._by_arm = _capped(seconds)
         self._chains: dict[str, _Chain] = {}
         self._floor = floor
 
@@ -93,7 +93,7 @@ def _measured(times: Mapping[Arm, Summary]) -> dict[Arm, float]:
     return {a: s.mean for a, s in times.items() if s.count}
 
 
-def _capped(measured: dict[Arm, float]) -> dict[Arm, float]:
+def _capped(measured: Mapping[Arm, float]) -> dict[Arm, float]:
     """Each measured arm's step time, capped by every larger K measured on its chain (OFF: by
     every drafting arm). The cost never falls as K grows, so a smaller arm measured slower than
     a larger one met a stall (or a kernel's irregularity); left as it is, that one figure would
