@@ -56,7 +56,10 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache-memory", default="auto", help=_KV_HELP)
 
 
-_THREADS_HELP = "torch threads on a CPU (default 0: the CPUs this process may use)"
+_THREADS_HELP = (
+    "torch threads on a CPU (default 0: the CPUs this process may use, fewer while other "
+    "processes keep some busy; a number pins it)"
+)
 _KV_HELP = (
     "memory for the KV cache, e.g. 4GiB (default auto: a quarter of a CPU machine's memory, "
     "half a GPU's free memory); max_batch is lowered to fit"

@@ -199,8 +199,9 @@ class EngineConfig:
     # "on": the next decode step starts while the loop streams the last one's tokens, when
     # nothing can change the batch in between (see Engine._decode).
     overlap: str = "on"
-    # torch threads on a CPU; 0 = the CPUs this process may use. Set explicitly, since torch's
-    # own default (every core) stalls on a machine whose other jobs hold some of them.
+    # torch threads on a CPU. 0: the CPUs this process may use, fewer while other processes keep
+    # some busy (engine/thread_governor.py); a number: exactly that many. Never torch's own
+    # default (every core), which stalls on a machine whose other jobs hold some of them.
     threads: int = 0
     # With work pending, no step completing for this long is a stall: /health turns 503 and
     # the systemd watchdog stops, so the service is restarted instead of hanging forever.
@@ -228,7 +229,8 @@ class EngineConfig:
         parse_size(self.kv_cache_memory)  # raises ConfigError with the accepted forms
         _require(self.stall_seconds > 0, f"stall_seconds must be > 0, got {self.stall_seconds}")
         _require(
-            self.threads >= 0, f"threads must be >= 0 (0 = the CPUs this process may use), got {self.threads}"
+            self.threads >= 0,
+            f"threads must be >= 0 (0 = the CPUs other processes leave free), got {self.threads}",
         )
         _require(
             self.overlap in OVERLAP_CHOICES, f"overlap must be one of {OVERLAP_CHOICES}, got {self.overlap!r}"

@@ -71,7 +71,12 @@ def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     step_variants.register(kinds)
     step_profile.register(kinds)
     for sub in kinds.choices.values():  # the same threads on every side, recorded in each JSON
-        sub.add_argument("--threads", type=int, default=0, help="torch threads (default 0: the usable CPUs)")
+        sub.add_argument(
+            "--threads",
+            type=int,
+            default=0,
+            help="torch threads (default 0: the CPUs others leave free)",
+        )
     for sub in (steps, cache, accept):
         sub.add_argument("--target", default=DEMO_MODEL)
         sub.add_argument("--draft", default=DEMO_MODEL)

@@ -45,12 +45,16 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return dtype
 
 
-def usable_cpus() -> int:
+def usable_cpu_ids() -> frozenset[int]:
     """The CPUs this process may run on (its affinity mask, as a container or taskset limits it)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return frozenset(os.sched_getaffinity(0))
     except AttributeError:  # no affinity call on this platform
-        return os.cpu_count() or 1
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def usable_cpus() -> int:
+    return len(usable_cpu_ids())
 
 
 def set_threads(threads: int) -> int:

@@ -24,6 +24,7 @@ from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import BatchSampling, SamplingParams, next_tokens
 from adaptivespec.engine.segments import SegmentLayout
+from adaptivespec.engine.thread_governor import ThreadGovernor
 from adaptivespec.engine.verification import verify
 
 WARM_UP = SamplingParams(max_tokens=4, temperature=0.0)
@@ -42,6 +43,7 @@ class HFRunner:
         model_key: str,
         hardware_key: str,
         clock: ForwardClock,
+        threads: ThreadGovernor | None = None,
     ) -> None:
         # The drafters by method, in the order given: the first drafts when a step names none.
         self.proposers = {proposer.method: proposer for proposer in proposers}
@@ -54,6 +56,8 @@ class HFRunner:
         self.model_key = model_key
         self.hardware_key = hardware_key
         self.clock = clock
+        # Resizes torch's team to the CPUs other processes leave free (None: the count is pinned).
+        self.threads = threads
         # Verify writes up to column len-1+K; the last column is the pad sink (see ragged.py).
         self.cache_len = max_context + max_spec_tokens + 1
         self.target = CachedModel(target, max_batch, self.cache_len, clock)
@@ -117,6 +121,7 @@ class HFRunner:
 
     @torch.inference_mode()
     def prefill(self, row_start: int, items: list[PrefillItem]) -> PrefillOutput:
+        self._settle_threads()
         began = time.perf_counter()
         chunks, starts = [item.chunk for item in items], [item.start for item in items]
         done = self._open_rows(row_start, items)
@@ -141,6 +146,7 @@ class HFRunner:
         """A plain step over rows [0, batch) and the items' chunks into rows batch, batch + 1, ...,
         in one forward of the target (segments.py). The tokens are those of `prefill` into those
         rows followed by `decode(batch, 0)` over the rows before them."""
+        self._settle_threads()
         began = time.perf_counter()
         done = self._open_rows(batch, items)
         starts = np.array([item.start for item in items], dtype=np.int64)
@@ -189,6 +195,7 @@ class HFRunner:
 
     @torch.inference_mode()
     def decode(self, batch: int, k: int, method: str | None = None) -> DecodeOutput:
+        self._settle_threads()
         began, began_mark = time.perf_counter(), self.clock.mark()
         sampling = self._sampling(slice(0, batch))
         old_lens = self.rows.host_lens[:batch].copy()
@@ -247,6 +254,11 @@ class HFRunner:
         """Done with this runner: its drafters let go of the target (another runner may share it)."""
         for proposer in self.proposers.values():
             proposer.close()
+
+    def _settle_threads(self) -> None:
+        # Outside the step's time: a resize is the machine's doing, not the arm's.
+        if self.threads is not None:
+            self.threads.settle()
 
     def _proposer(self, method: str | None) -> Proposer | None:
         """The drafter a step names (None: the first); a drafter this runner lacks is an error

@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from adaptivespec.engine.hardware import (
     resolve_device,
     resolve_dtype,
     set_threads,
+    usable_cpu_ids,
     usable_cpus,
 )
 from adaptivespec.engine.head_cache import cached_head
@@ -41,6 +43,7 @@ from adaptivespec.engine.packed_gqa import use_attention
 from adaptivespec.engine.packed_linear import can_pack, pack_linears
 from adaptivespec.engine.proposers import DraftModelProposer, NgramProposer, Proposer
 from adaptivespec.engine.suffix_proposer import INSTALL_HINT, SuffixProposer, suffix_available
+from adaptivespec.engine.thread_governor import ThreadGovernor, read_cpu_times
 from adaptivespec.errors import ConfigError, ModelLoadError
 
 
@@ -199,10 +202,21 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         model_key=f"{target_source.key}+{drafters}:{str(dtype).removeprefix('torch.')}",
         hardware_key=hardware_key(device),
         clock=clock,
+        threads=_governor(config.threads, threads, models.compile) if device.type == "cpu" else None,
     )
     if models.compile == "on":
         _compile(runner, progress)
     return LoadedModels(runner, tokenizer, target_source)
+
+
+def _governor(asked: int, threads: int, compile: str) -> ThreadGovernor | None:
+    """Threads left to the engine (0) follow the CPUs other processes leave free; a number
+    asked for is kept, and so is the count a compiled step was built for (inductor writes the
+    team size into its kernels at compile time)."""
+    if asked or compile == "on":
+        return None
+    cpus = usable_cpu_ids()
+    return ThreadGovernor(threads, len(cpus), partial(read_cpu_times, cpus))
 
 
 def _drafters(models: ModelConfig, target_dir: str, progress: bool) -> tuple[tuple[str, ...], str | None]:
