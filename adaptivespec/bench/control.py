@@ -181,6 +181,9 @@ def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
     if store is not None:
         learners.flush(field.controller, store)
         store.close()
+    governor = loop.runner.threads
+    if governor is not None:  # threads left to the engine: what it ran on at the end, and why
+        scenario |= {"threads_at_end": governor.threads, "other_cores_busy_at_end": round(governor.others, 2)}
     report = {"scenario": scenario} | hf_control.report(measurement, field)
     args.json.write_text(json.dumps(report, indent=2))
     print_table(report)

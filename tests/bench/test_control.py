@@ -95,6 +95,9 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     report = json.loads(out.read_text())
     assert report["scenario"]["backend"] == "hf" and report["scenario"]["steps_per_bucket"] == 6
     assert report["scenario"]["background_load"] == 1
+    # threads left to the engine: what it ran on, beside how busy the other processes kept the CPUs
+    assert 1 <= report["scenario"]["threads_at_end"] <= report["scenario"]["usable_cpus"]
+    assert report["scenario"]["other_cores_busy_at_end"] >= 0
     assert report["buckets"][0] == "1" and report["buckets"][-1] == "13-16"  # --quick stops at 16
     static = {"off", "always-k2", "always-k4", "threshold-16", "threshold-32"}
     assert set(report["policies"]) == static | {"oracle", "adaptive", "plain-ucb"}
