@@ -84,5 +84,3 @@ def test_the_runner_governs_threads_only_when_left_to_it(tiny_pair: TinyPair, to
     governed = load_runner(config, progress=False).runner
     assert governed.threads is not None and governed.threads.ceiling == usable_cpus()
     assert load_runner(replace(config, threads=1), progress=False).runner.threads is None
-    compiled = replace(config, models=replace(config.models, compile="on"))
-    assert load_runner(compiled, progress=False).runner.threads is None
