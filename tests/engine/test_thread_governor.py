@@ -76,7 +76,9 @@ def test_another_process_on_a_core_takes_a_thread_and_gives_it_back(torch_thread
         assert governor.threads < len(cpus) and torch.get_num_threads() == governor.threads
         assert governor.others >= 0.5
     work_until(lambda threads: threads == len(cpus))
-    assert governor.threads == len(cpus) == torch.get_num_threads()
+    assert torch.get_num_threads() == governor.threads
+    # every thread back, unless something else on this machine still keeps a core busy
+    assert governor.threads == len(cpus) or governor.others >= 0.5
 
 
 def test_the_runner_governs_threads_only_when_left_to_it(tiny_pair: TinyPair, torch_threads: None) -> None:
