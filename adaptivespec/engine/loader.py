@@ -202,21 +202,21 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         model_key=f"{target_source.key}+{drafters}:{str(dtype).removeprefix('torch.')}",
         hardware_key=hardware_key(device),
         clock=clock,
-        threads=_governor(config.threads, threads, models.compile) if device.type == "cpu" else None,
+        threads=_governor(config.threads, models.compile) if device.type == "cpu" else None,
     )
     if models.compile == "on":
         _compile(runner, progress)
     return LoadedModels(runner, tokenizer, target_source)
 
 
-def _governor(asked: int, threads: int, compile: str) -> ThreadGovernor | None:
+def _governor(asked: int, compile: str) -> ThreadGovernor | None:
     """Threads left to the engine (0) follow the CPUs other processes leave free; a number
     asked for is kept, and so is the count a compiled step was built for (inductor writes the
     team size into its kernels at compile time)."""
     if asked or compile == "on":
         return None
     cpus = usable_cpu_ids()
-    return ThreadGovernor(threads, len(cpus), partial(read_cpu_times, cpus))
+    return ThreadGovernor(len(cpus), partial(read_cpu_times, cpus))
 
 
 def _drafters(models: ModelConfig, target_dir: str, progress: bool) -> tuple[tuple[str, ...], str | None]:

@@ -6,10 +6,10 @@ op of a two-thread step waits for it; the same step on one thread runs on the fr
 quiet speed (docs/results.md). So, with the thread count left to the engine (`threads` 0), it
 reads how busy the CPUs it may use were, and how much of that was its own work, and between
 steps runs torch on the CPUs the others left: the usable CPUs less the cores other processes
-kept busy, rounded, at least one, at most the ceiling. A new count takes two readings in a row
+kept busy, rounded, at least one. A new count takes two readings in a row
 that agree, so a burst in one reading does not resize the team.
 
-Linux only (`/proc/stat`); elsewhere the count stays at the ceiling. A CPU quota (a container's
+Linux only (`/proc/stat`); elsewhere torch keeps every usable CPU. A CPU quota (a container's
 `--cpus`) is invisible here; pin `threads` to the quota there.
 """
 
@@ -63,21 +63,19 @@ class ThreadGovernor:
 
     def __init__(
         self,
-        ceiling: int,
         cpus: int,
         read: Callable[[], CpuTimes | None],
         *,
         every: float = READING_SECONDS,
         apply: Callable[[int], None] = torch.set_num_threads,
     ) -> None:
-        if ceiling < 1 or cpus < 1:
-            raise ValueError(f"ceiling and cpus must be >= 1, got {ceiling} and {cpus}")
-        self.ceiling = ceiling
+        if cpus < 1:
+            raise ValueError(f"cpus must be >= 1, got {cpus}")
         self.cpus = cpus
         self.every = every
         self._read = read
         self._apply = apply
-        self._threads = ceiling
+        self._threads = cpus  # torch's team at the start: every usable CPU
         self._last = read()
         self._pending: int | None = None
         self.others = 0.0  # cores other processes kept busy over the last reading
@@ -96,7 +94,7 @@ class ThreadGovernor:
         elapsed = now.wall - self._last.wall
         self.others = max(0.0, (now.busy - self._last.busy) - (now.ours - self._last.ours)) / elapsed
         self._last = now
-        wanted = min(self.ceiling, max(1, math.floor(self.cpus - self.others + 0.5)))
+        wanted = max(1, math.floor(self.cpus - self.others + 0.5))
         if wanted == self._threads:
             self._pending = None
         elif wanted != self._pending:

@@ -33,7 +33,7 @@ def _scripted(others: list[float], cpus: int = 2) -> tuple[ThreadGovernor, list[
         + [CpuTimes(i + 1.0, sum(others[: i + 1]) + i + 1.0, i + 1.0) for i in range(len(others))]
     )
     applied: list[int] = []
-    governor = ThreadGovernor(cpus, cpus, lambda: next(readings), every=0.0, apply=applied.append)
+    governor = ThreadGovernor(cpus, lambda: next(readings), every=0.0, apply=applied.append)
     return governor, applied
 
 
@@ -46,7 +46,7 @@ def test_a_busy_core_takes_a_thread_after_two_readings_agree() -> None:
     assert governor.others == pytest.approx(0.0)
 
 
-def test_the_count_stays_within_one_and_the_ceiling() -> None:
+def test_the_count_stays_within_one_and_the_usable_cpus() -> None:
     governor, applied = _scripted([3.0, 3.0, 3.0], cpus=4)
     assert [governor.settle() for _ in range(3)] == [4, 1, 1]
     governor, applied = _scripted([5.0, 5.0], cpus=2)
@@ -54,7 +54,7 @@ def test_the_count_stays_within_one_and_the_ceiling() -> None:
 
 
 def test_no_reading_leaves_the_ceiling() -> None:
-    governor = ThreadGovernor(2, 2, lambda: None, every=0.0, apply=lambda n: pytest.fail("resized"))
+    governor = ThreadGovernor(2, lambda: None, every=0.0, apply=lambda n: pytest.fail("resized"))
     assert governor.settle() == 2
 
 
@@ -62,7 +62,7 @@ def test_no_reading_leaves_the_ceiling() -> None:
 def test_another_process_on_a_core_takes_a_thread_and_gives_it_back(torch_threads: None) -> None:
     cpus = usable_cpu_ids()
     torch.set_num_threads(len(cpus))
-    governor = ThreadGovernor(len(cpus), len(cpus), partial(read_cpu_times, cpus), every=0.2)
+    governor = ThreadGovernor(len(cpus), partial(read_cpu_times, cpus), every=0.2)
     a = torch.randn(384, 384)
 
     def work_until(done: bool, seconds: float = 15.0) -> None:
@@ -84,5 +84,5 @@ def test_another_process_on_a_core_takes_a_thread_and_gives_it_back(torch_thread
 def test_the_runner_governs_threads_only_when_left_to_it(tiny_pair: TinyPair, torch_threads: None) -> None:
     config = replace(engine_config(tiny_pair, proposer="ngram"), threads=0)
     governed = load_runner(config, progress=False).runner
-    assert governed.threads is not None and governed.threads.ceiling == usable_cpus()
+    assert governed.threads is not None and governed.threads.cpus == usable_cpus()
     assert load_runner(replace(config, threads=1), progress=False).runner.threads is None
