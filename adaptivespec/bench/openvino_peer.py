@@ -45,10 +45,14 @@ class OpenVINO:
             subprocess.run(command, check=True)
         return cls(python, out, max_seqs)
 
-    def serve(self, traffic: list[Request], lookup_k: int) -> tuple[list[Served], dict[str, str]]:
+    def serve(
+        self, traffic: list[Request], lookup_k: int, threads: int
+    ) -> tuple[list[Served], dict[str, str]]:
+        """`threads`: OpenVINO's inference threads (0: its own choice)."""
         spec = {
             "model_dir": str(self.model_dir),
             "lookup_k": lookup_k,
+            "threads": threads,
             "max_seqs": self.max_seqs,
             "requests": [
                 {"arrival": r.arrival, "prompt": r.prompt, "max_tokens": r.max_tokens} for r in traffic

@@ -1,9 +1,13 @@
 """The naive server `bench workload` compares against: static batches through `generate`.
 
-When idle, it takes up to `batch` requests that have arrived, left-pads them, and runs
-transformers' `generate` until the longest is done; no request joins a batch once it has
-started. A stopping criterion, called after every step, timestamps each step, so TTFT and
-ITL are what a streaming client of such a server would see.
+When idle, it waits for the oldest waiting request's admission window (`window_s`, as a
+batching server's queue delay) to pass or for `batch` requests to have arrived, whichever
+comes first, takes up to `batch` of them, left-pads them, and runs transformers' `generate`
+until the longest is done; no request joins a batch once it has started. Without the window
+a batch would start with the first arrival alone and every request behind it would wait out
+a whole batch: a server run that way is a straw man, not a peer. A stopping criterion,
+called after every step, timestamps each step, so TTFT and ITL are what a streaming client
+of such a server would see.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from math import inf
 from typing import cast
 
 import torch
@@ -32,14 +37,23 @@ class _StepClock(StoppingCriteria):
 
 
 async def serve(
-    model: PreTrainedModel, pad_id: int, requests: list[Request], batch: int, compute: ThreadPoolExecutor
+    model: PreTrainedModel,
+    pad_id: int,
+    requests: list[Request],
+    batch: int,
+    compute: ThreadPoolExecutor,
+    *,
+    window_s: float = 0.0,
 ) -> list[Served]:
     loop = asyncio.get_running_loop()
     began = time.perf_counter()
     pending = sorted(requests, key=lambda r: r.arrival)
     served: list[Served] = []
     while pending:
-        wait = began + pending[0].arrival - time.perf_counter()
+        # The batch starts once the oldest waiting request's window has passed, or once the
+        # batch is full, whichever comes first.
+        full = pending[batch - 1].arrival if len(pending) >= batch else inf
+        wait = began + min(pending[0].arrival + window_s, full) - time.perf_counter()
         if wait > 0:
             await asyncio.sleep(wait)
         now = time.perf_counter() - began

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import statistics
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -184,6 +186,25 @@ def summarize(served: list[Served], targets: Targets, reference: list[list[int]]
         met_targets=good / len(served),
         mismatches=mismatches,
     )
+
+
+def over_rounds(rounds: list[Summary]) -> dict[str, Any]:
+    """One engine's summaries over the rounds of a rate: each figure's median, beside its
+    range and every round's summary. Mismatches are the most any round had."""
+    if not rounds:
+        raise ValueError("no rounds were run")
+    median: dict[str, Any] = {}
+    ranges: dict[str, list[float]] = {}
+    for f in fields(Summary):
+        values = [getattr(s, f.name) for s in rounds]
+        if f.name == "mismatches":
+            median[f.name] = max(values)
+        elif f.name == "requests":
+            median[f.name] = values[0]
+        else:
+            median[f.name] = statistics.median(values)
+            ranges[f.name] = [min(values), max(values)]
+    return {**median, "ranges": ranges, "rounds": [asdict(s) for s in rounds]}
 
 
 def percentile_ms(values: list[float], percentile: float) -> float:

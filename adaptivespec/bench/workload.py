@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from adaptivespec.bench.traffic import (
     Summary,
     Targets,
     TrafficShape,
+    over_rounds,
     requests,
     summarize,
 )
@@ -77,6 +78,18 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="tokens of the long prompt (default 2000; --quick 1000; 0: skip)",
     )
+    bench.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per rate: every engine serves the rate's traffic once a round, in a rotated order",
+    )
+    bench.add_argument(
+        "--static-window-ms",
+        type=float,
+        default=250.0,
+        help="hf-static: how long the oldest waiting request waits for a batch to fill",
+    )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--traffic", choices=MIXES, default="chat", help="the prompts' mix (traffic_mixes.py)")
     bench.add_argument("--proposer", default="auto", help="ours' drafters, comma-separated")
@@ -92,6 +105,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 class Plan:
     rates: list[float | None]  # None: the burst
     count: int
+    rounds: int
     shape: TrafficShape
     engines: list[str]
     targets: Targets
@@ -115,7 +129,10 @@ def plan_of(args: argparse.Namespace) -> Plan:
     if not args.no_burst:
         rates.append(None)
     count = args.requests or (10 if args.quick else 32)
-    return Plan(rates, count, shape, engines, Targets(args.ttft_target_ms / 1e3, args.tpot_target_ms / 1e3))
+    if args.rounds < 1 or args.static_window_ms < 0:
+        raise SystemExit("--rounds must be >= 1 and --static-window-ms >= 0")
+    targets = Targets(args.ttft_target_ms / 1e3, args.tpot_target_ms / 1e3)
+    return Plan(rates, count, args.rounds, shape, engines, targets)
 
 
 def _default_shape(quick: bool) -> TrafficShape:
@@ -162,10 +179,14 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     openvino = None
     if any(e.startswith("openvino") for e in plan.engines):
         openvino = OpenVINO.prepare(args.openvino_python, loaded.target.path, args.max_batch)
-    harness = Harness(loaded, compute, serving, adaptive, args.k, openvino)
+    window_s = args.static_window_ms / 1e3
+    harness = Harness(loaded, compute, serving, adaptive, args.k, openvino, window_s, args.threads)
     report: dict[str, Any] = {
         "model": loaded.runner.model_key,
-        "machine": machine(loaded.runner.hardware_key),
+        # Read on the compute thread: torch's thread count is that thread's own setting.
+        "machine": await asyncio.get_running_loop().run_in_executor(
+            compute, machine, loaded.runner.hardware_key
+        ),
         "rates": [],
     }
     report["traffic"] = {
@@ -177,6 +198,14 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         "seed": args.seed,
         "fixed_k": args.k,
     }
+    report["method"] = {
+        "rounds": plan.rounds,
+        "order": "every engine once a round, the order rotated by one each round",
+        "figures": "each engine's median over the rounds, its range in `ranges`, every round in `rounds`",
+        "controller": "fresh for each rate and round: nothing learned carries over",
+        "threads_asked": args.threads,  # 0: ours left to the engine, OpenVINO to its own choice
+        "static_window_ms": args.static_window_ms,
+    }
     print(
         f"{loaded.runner.model_key} on {loaded.runner.hardware_key}: {plan.count} requests per rate, "
         f"prompts {plan.shape.prompt.low}-{plan.shape.prompt.high}, outputs {plan.shape.output.low}-"
@@ -187,14 +216,22 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     try:
         for rate in plan.rates:
             traffic = requests(plan.shape, rate, plan.count, corpus, args.seed, prompts=mix)
-            engines: dict[str, Any] = {}
+            rounds: dict[str, list[Summary]] = {name: [] for name in plan.engines}
             reference: list[list[int]] | None = None
+            for turn in range(plan.rounds):
+                # Rotated, so that no engine always runs first (or right after another) while
+                # the machine drifts between minutes.
+                shift = turn % len(plan.engines)
+                for name in plan.engines[shift:] + plan.engines[:shift]:
+                    harness.adaptive.renew()
+                    served = await harness.server(name)(traffic)
+                    summary = summarize(served, plan.targets, reference)
+                    reference = reference or [s.tokens for s in served]
+                    rounds[name].append(summary)
+                    print(_row(rate, name, summary, turn), flush=True)
+            engines = {name: over_rounds(summaries) for name, summaries in rounds.items()}
             for name in plan.engines:
-                served = await harness.server(name)(traffic)
-                summary = summarize(served, plan.targets, reference)
-                reference = reference or [s.tokens for s in served]
-                engines[name] = asdict(summary)
-                print(_row(rate, name, summary), flush=True)
+                print(_median_row(rate, name, engines[name]), flush=True)
             report["rates"].append({"rate_rps": rate, "burst": rate is None, "engines": engines})
         if harness.versions:
             report["machine"]["peers"] = harness.versions
@@ -207,15 +244,27 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
 
 
 _HEADER = (
-    f"{'rate/s':>6} {'engine':<14} {'tok/s':>7} {'TTFT p50':>9} {'TTFT p99':>9} "
+    f"{'rate/s':>6} {'engine':<14} {'round':>5} {'tok/s':>7} {'TTFT p50':>9} {'TTFT p99':>9} "
     f"{'ITL p50':>8} {'ITL p99':>8} {'goodput/s':>9} {'met':>5} {'mismatch':>8}"
 )
 
 
-def _row(rate: float | None, name: str, s: Summary) -> str:
+def _row(rate: float | None, name: str, s: Summary, turn: int) -> str:
     shown = "burst" if rate is None else f"{rate:g}"
     return (
-        f"{shown:>6} {name:<14} {s.throughput_tok_s:>7.1f} {s.ttft_p50_ms:>9.0f} {s.ttft_p99_ms:>9.0f} "
-        f"{s.itl_p50_ms:>8.1f} {s.itl_p99_ms:>8.1f} {s.goodput_rps:>9.3f} {s.met_targets:>5.2f} "
-        f"{s.mismatches:>8}"
+        f"{shown:>6} {name:<14} {turn + 1:>5} {s.throughput_tok_s:>7.1f} {s.ttft_p50_ms:>9.0f} "
+        f"{s.ttft_p99_ms:>9.0f} {s.itl_p50_ms:>8.1f} {s.itl_p99_ms:>8.1f} {s.goodput_rps:>9.3f} "
+        f"{s.met_targets:>5.2f} {s.mismatches:>8}"
+    )
+
+
+def _median_row(rate: float | None, name: str, over: dict[str, Any]) -> str:
+    """The median over the rounds, with the range of throughput."""
+    shown = "burst" if rate is None else f"{rate:g}"
+    low, high = over["ranges"]["throughput_tok_s"]
+    return (
+        f"{shown:>6} {name:<14} {'med':>5} {over['throughput_tok_s']:>7.1f} {over['ttft_p50_ms']:>9.0f} "
+        f"{over['ttft_p99_ms']:>9.0f} {over['itl_p50_ms']:>8.1f} {over['itl_p99_ms']:>8.1f} "
+        f"{over['goodput_rps']:>9.3f} {over['met_targets']:>5.2f} {over['mismatches']:>8}"
+        f"   tok/s range [{low:.1f}, {high:.1f}]"
     )

@@ -38,6 +38,8 @@ class Harness:
     adaptive: AdaptivePolicy
     fixed_k: int
     openvino: OpenVINO | None
+    static_window_s: float  # the static server's admission window
+    threads: int  # OpenVINO's inference threads, as ours were asked for (0: each its own choice)
     versions: dict[str, str] = field(default_factory=dict)  # of the peers, as they report them
 
     def server(self, name: str) -> Serve:
@@ -57,12 +59,14 @@ class Harness:
         pad_id = int(pad if pad is not None else min(self.loaded.runner.eos_token_ids, default=0))
         model = self.loaded.runner.target.model
         with torch_linears([model]):
-            return await static_batching.serve(model, pad_id, traffic, self.config.max_batch, self.compute)
+            return await static_batching.serve(
+                model, pad_id, traffic, self.config.max_batch, self.compute, window_s=self.static_window_s
+            )
 
     async def _serve_openvino(self, traffic: list[Request], lookup_k: int) -> list[Served]:
         if self.openvino is None:
             raise RuntimeError("the openvino engines need --openvino-python")
-        served, versions = await asyncio.to_thread(self.openvino.serve, traffic, lookup_k)
+        served, versions = await asyncio.to_thread(self.openvino.serve, traffic, lookup_k, self.threads)
         self.versions.update(versions)
         return served
 
@@ -112,13 +116,20 @@ class Harness:
 
 
 class AdaptivePolicy:
-    """One controller for every adaptive run, learning across rates as a daemon would."""
+    """The controller of the adaptive runs. `renew` starts a fresh one, so that each rate and
+    round measures what the controller learns within it, not what an earlier run taught it."""
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
-        self.policy = controller.live
+    def __init__(self, make: Callable[[], Controller]) -> None:
+        self._make = make
+        self.controller = make()
+        self.policy = self.controller.live
         self._task: asyncio.Task[None] | None = None
         self._subscription: Subscription | None = None
+
+    def renew(self) -> None:
+        self.stop()
+        self.controller = self._make()
+        self.policy = self.controller.live
 
     def attach(self, engine: Engine) -> None:
         self.stop()
@@ -139,5 +150,7 @@ def adaptive_policy(loaded: LoadedModels) -> AdaptivePolicy:
     runner = loaded.runner
     settings = LearningSettings().capped(runner.max_spec_tokens)
     return AdaptivePolicy(
-        Controller(runner.model_key, runner.hardware_key, ControllerConfig(settings=settings), runner.methods)
+        lambda: Controller(
+            runner.model_key, runner.hardware_key, ControllerConfig(settings=settings), runner.methods
+        )
     )

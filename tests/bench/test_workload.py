@@ -29,10 +29,12 @@ def test_quick_workload_report(tiny_pair: TinyPair, tmp_path: Path) -> None:
     ]
     args += ["--device", "cpu", "--dtype", "float32", "--requests", "6", "--rates", "50", "--max-batch", "4"]
     args += ["--lengths", str(lengths), "--streams", "3", "--long-prompt", "60", "--json", str(out)]
-    assert main(args) == 0
+    assert main([*args, "--rounds", "2", "--threads", "1"]) == 0
     report = json.loads(out.read_text())
     assert report["model"] and [r["burst"] for r in report["rates"]] == [False, True]
     assert report["rates"][0]["rate_rps"] == 50.0 and report["rates"][1]["rate_rps"] is None
+    assert report["method"]["rounds"] == 2 and report["method"]["threads_asked"] == 1
+    assert report["machine"]["threads"] == 1
     for rate in report["rates"]:
         engines = rate["engines"]
         assert set(engines) == {"ours-off", "ours-fixed", "ours-adaptive"}  # --quick runs no peer
@@ -40,6 +42,12 @@ def test_quick_workload_report(tiny_pair: TinyPair, tmp_path: Path) -> None:
             assert ENGINE_KEYS <= summary.keys() and summary["requests"] == 6
             assert summary["ttft_p50_ms"] <= summary["ttft_p99_ms"]
             assert summary["mismatches"] == 0  # speculation never changes greedy output
+            # Each figure is the median of the rounds, within their range.
+            assert len(summary["rounds"]) == 2
+            low, high = summary["ranges"]["throughput_tok_s"]
+            assert low <= summary["throughput_tok_s"] <= high
+            each = sorted(r["throughput_tok_s"] for r in summary["rounds"])
+            assert [low, high] == each and summary["throughput_tok_s"] == sum(each) / 2
     stall = report["chunked_prefill"]
     assert {"steady_itl_p99_ms", "long_prompt_itl_p99_ms", "long_prompt_tokens", "streams"} <= stall.keys()
     assert stall["long_prompt_tokens"] == 60 and stall["streams"] == 3
@@ -103,3 +111,37 @@ def test_engines_named_on_the_command_line_are_run_even_with_quick() -> None:
     named = planned("--quick", "--engines", "ours-off,openvino", "--openvino-python", "/opt/ov/bin/python")
     assert named == ["ours-off", "openvino"]
     assert not any(e.startswith("openvino") for e in planned("--quick", "--openvino-python", "/x"))
+
+
+def test_the_adaptive_runs_start_from_a_fresh_controller() -> None:
+    from adaptivespec.bench.workload_engines import AdaptivePolicy
+    from adaptivespec.controller.controller import Controller
+
+    adaptive = AdaptivePolicy(lambda: Controller("m", "h"))
+    first = adaptive.controller
+    adaptive.renew()
+    assert adaptive.controller is not first and adaptive.policy is adaptive.controller.live
+
+
+def test_the_static_server_waits_its_window_for_a_batch_to_fill(tiny_pair: TinyPair) -> None:
+    """Two requests 50 ms apart: with a 500 ms window they share one batch (one `generate`, so
+    the same step times); with none, the first starts alone."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import AutoModelForCausalLM
+
+    from adaptivespec.bench import static_batching
+    from adaptivespec.bench.traffic import Request
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_pair.target).eval()
+    traffic = [Request(0.0, [5, 6, 7], 4), Request(0.05, [8, 9, 10], 4)]
+    with ThreadPoolExecutor(1) as compute:
+        for window, together in ((0.5, True), (0.0, False)):
+            served = asyncio.run(static_batching.serve(model, 0, traffic, 4, compute, window_s=window))
+            assert (served[0].chunk_times == served[1].chunk_times) is together
+            assert [len(s.tokens) for s in served] == [4, 4]
+    # A full batch does not wait out the window.
+    with ThreadPoolExecutor(1) as compute:
+        served = asyncio.run(static_batching.serve(model, 0, traffic, 2, compute, window_s=30.0))
+    assert served[0].chunk_times == served[1].chunk_times and served[0].chunk_times[0] - served[0].sent < 10
