@@ -219,11 +219,11 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
             rounds: dict[str, list[Summary]] = {name: [] for name in plan.engines}
             reference: list[list[int]] | None = None
             for turn in range(plan.rounds):
+                harness.adaptive.renew()  # what it learned in another round or rate stays there
                 # Rotated, so that no engine always runs first (or right after another) while
                 # the machine drifts between minutes.
                 shift = turn % len(plan.engines)
                 for name in plan.engines[shift:] + plan.engines[:shift]:
-                    harness.adaptive.renew()
                     served = await harness.server(name)(traffic)
                     summary = summarize(served, plan.targets, reference)
                     reference = reference or [s.tokens for s in served]

@@ -116,11 +116,15 @@ def test_engines_named_on_the_command_line_are_run_even_with_quick() -> None:
 def test_the_adaptive_runs_start_from_a_fresh_controller() -> None:
     from adaptivespec.bench.workload_engines import AdaptivePolicy
     from adaptivespec.controller.controller import Controller
+    from adaptivespec.engine.telemetry import StepTelemetry
 
-    adaptive = AdaptivePolicy(lambda: Controller("m", "h"))
+    adaptive = AdaptivePolicy(lambda: Controller("m", "h", methods=("draft",)))
     first = adaptive.controller
+    record = StepTelemetry("m", "h", 4, 2, 300.0, 8, 5, 9, 0.001, 0.01, 0.011, 0.0, 2, (3, 2))
+    assert first.ingest(record) and first.cells
     adaptive.renew()
     assert adaptive.controller is not first and adaptive.policy is adaptive.controller.live
+    assert adaptive.controller.ingested == 0 and not adaptive.controller.cells
 
 
 def test_the_static_server_waits_its_window_for_a_batch_to_fill(tiny_pair: TinyPair) -> None:
