@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +180,7 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     if any(e.startswith("openvino") for e in plan.engines):
         openvino = OpenVINO.prepare(args.openvino_python, loaded.target.path, args.max_batch)
     window_s = args.static_window_ms / 1e3
-    harness = Harness(loaded, compute, serving, adaptive, args.k, openvino, window_s, args.threads)
+    harness = Harness(loaded, compute, serving, adaptive, args.k, openvino, window_s)
     report: dict[str, Any] = {
         "model": loaded.runner.model_key,
         # Read on the compute thread: torch's thread count is that thread's own setting.
@@ -228,10 +228,12 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
                     summary = summarize(served, plan.targets, reference)
                     reference = reference or [s.tokens for s in served]
                     rounds[name].append(summary)
-                    print(_row(rate, name, summary, turn), flush=True)
+                    print(_row(rate, name, str(turn + 1), asdict(summary)), flush=True)
             engines = {name: over_rounds(summaries) for name, summaries in rounds.items()}
             for name in plan.engines:
-                print(_median_row(rate, name, engines[name]), flush=True)
+                low, high = engines[name]["ranges"]["throughput_tok_s"]
+                range_note = f"   tok/s range [{low:.1f}, {high:.1f}]"
+                print(_row(rate, name, "med", engines[name]) + range_note, flush=True)
             report["rates"].append({"rate_rps": rate, "burst": rate is None, "engines": engines})
         if harness.versions:
             report["machine"]["peers"] = harness.versions
@@ -249,22 +251,11 @@ _HEADER = (
 )
 
 
-def _row(rate: float | None, name: str, s: Summary, turn: int) -> str:
+def _row(rate: float | None, name: str, label: str, s: dict[str, Any]) -> str:
+    """One round's figures (`label` its number) or their medians over the rounds ("med")."""
     shown = "burst" if rate is None else f"{rate:g}"
     return (
-        f"{shown:>6} {name:<14} {turn + 1:>5} {s.throughput_tok_s:>7.1f} {s.ttft_p50_ms:>9.0f} "
-        f"{s.ttft_p99_ms:>9.0f} {s.itl_p50_ms:>8.1f} {s.itl_p99_ms:>8.1f} {s.goodput_rps:>9.3f} "
-        f"{s.met_targets:>5.2f} {s.mismatches:>8}"
-    )
-
-
-def _median_row(rate: float | None, name: str, over: dict[str, Any]) -> str:
-    """The median over the rounds, with the range of throughput."""
-    shown = "burst" if rate is None else f"{rate:g}"
-    low, high = over["ranges"]["throughput_tok_s"]
-    return (
-        f"{shown:>6} {name:<14} {'med':>5} {over['throughput_tok_s']:>7.1f} {over['ttft_p50_ms']:>9.0f} "
-        f"{over['ttft_p99_ms']:>9.0f} {over['itl_p50_ms']:>8.1f} {over['itl_p99_ms']:>8.1f} "
-        f"{over['goodput_rps']:>9.3f} {over['met_targets']:>5.2f} {over['mismatches']:>8}"
-        f"   tok/s range [{low:.1f}, {high:.1f}]"
+        f"{shown:>6} {name:<14} {label:>5} {s['throughput_tok_s']:>7.1f} {s['ttft_p50_ms']:>9.0f} "
+        f"{s['ttft_p99_ms']:>9.0f} {s['itl_p50_ms']:>8.1f} {s['itl_p99_ms']:>8.1f} "
+        f"{s['goodput_rps']:>9.3f} {s['met_targets']:>5.2f} {s['mismatches']:>8}"
     )

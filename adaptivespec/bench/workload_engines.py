@@ -39,7 +39,6 @@ class Harness:
     fixed_k: int
     openvino: OpenVINO | None
     static_window_s: float  # the static server's admission window
-    threads: int  # OpenVINO's inference threads, as ours were asked for (0: each its own choice)
     versions: dict[str, str] = field(default_factory=dict)  # of the peers, as they report them
 
     def server(self, name: str) -> Serve:
@@ -66,7 +65,9 @@ class Harness:
     async def _serve_openvino(self, traffic: list[Request], lookup_k: int) -> list[Served]:
         if self.openvino is None:
             raise RuntimeError("the openvino engines need --openvino-python")
-        served, versions = await asyncio.to_thread(self.openvino.serve, traffic, lookup_k, self.threads)
+        # OpenVINO on the threads ours were asked for (0: each its own choice).
+        threads = self.config.threads
+        served, versions = await asyncio.to_thread(self.openvino.serve, traffic, lookup_k, threads)
         self.versions.update(versions)
         return served
 
@@ -122,14 +123,16 @@ class AdaptivePolicy:
     def __init__(self, make: Callable[[], Controller]) -> None:
         self._make = make
         self.controller = make()
-        self.policy = self.controller.live
         self._task: asyncio.Task[None] | None = None
         self._subscription: Subscription | None = None
+
+    @property
+    def policy(self) -> SpecPolicy:
+        return self.controller.live
 
     def renew(self) -> None:
         self.stop()
         self.controller = self._make()
-        self.policy = self.controller.live
 
     def attach(self, engine: Engine) -> None:
         self.stop()
