@@ -6,8 +6,8 @@ op of a two-thread step waits for it; the same step on one thread runs on the fr
 quiet speed (docs/results.md). So, with the thread count left to the engine (`threads` 0), it
 reads how busy the CPUs it may use were, and how much of that was its own work, and between
 steps runs torch on the CPUs the others left: the usable CPUs less the cores other processes
-kept busy, rounded, at least one. A new count takes two readings in a row
-that agree, so a burst in one reading does not resize the team.
+kept busy, rounded, at least one. A new count takes two readings in a row that agree, so a
+burst in one reading does not resize the team.
 
 Linux only (`/proc/stat`); elsewhere torch keeps every usable CPU. A CPU quota (a container's
 `--cpus`) is invisible here; pin `threads` to the quota there.
