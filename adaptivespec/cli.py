@@ -24,6 +24,7 @@ from adaptivespec.config import (
     DEVICES,
     DTYPES,
     LINEAR_CHOICES,
+    RUNTIMES,
 )
 from adaptivespec.errors import AdaptiveSpecError
 from adaptivespec.store import command_args as store_args
@@ -161,6 +162,11 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         choices=LINEAR_CHOICES,
         help="CPU linear layers: oneDNN-packed weights (default) or torch's",
     )
+    serve.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        help="what runs the target's forwards: torch (default) or openvino (CPU, f32; pip install openvino)",
+    )
     serve.add_argument("--max-batch", type=int)
     serve.add_argument("--max-queued", type=int)
     serve.add_argument("--max-context", type=int)
@@ -199,6 +205,7 @@ def _serve(args: argparse.Namespace) -> int:
             "attention",
             "compile",
             "linear",
+            "runtime",
             "max_batch",
             "max_queued",
             "max_context",

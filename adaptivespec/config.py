@@ -17,6 +17,7 @@ AttentionKind = Literal["packed-gqa", "sdpa"]
 CompileKind = Literal["off", "on"]
 LinearKind = Literal["packed", "torch"]
 OverlapKind = Literal["on", "off"]
+RuntimeKind = Literal["torch", "openvino"]
 
 DEMO_MODEL = "demo"
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -27,6 +28,7 @@ ATTENTIONS: tuple[str, ...] = get_args(AttentionKind)
 COMPILE_CHOICES: tuple[str, ...] = get_args(CompileKind)
 LINEAR_CHOICES: tuple[str, ...] = get_args(LinearKind)
 OVERLAP_CHOICES: tuple[str, ...] = get_args(OverlapKind)
+RUNTIMES: tuple[str, ...] = get_args(RuntimeKind)
 
 
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
@@ -124,8 +126,13 @@ class ModelConfig:
     # "packed": on a CPU, linear weights are reordered once for oneDNN (packed_linear.py);
     # "torch" keeps torch's own linear. No effect on cuda, nor with compile on (inductor's linears).
     linear: LinearKind = "packed"
+    # What runs the target's forwards: "torch" (transformers' modules), or "openvino" (the model
+    # converted once to OpenVINO, its attention paged; CPU only, f32; openvino_target.py).
+    # Drafters, sampling and verification stay ours either way.
+    runtime: RuntimeKind = "torch"
 
     def __post_init__(self) -> None:
+        _require(self.runtime in RUNTIMES, f"runtime must be one of {RUNTIMES}, got {self.runtime!r}")
         _require(
             self.compile in COMPILE_CHOICES, f"compile must be one of {COMPILE_CHOICES}, got {self.compile!r}"
         )
@@ -168,6 +175,21 @@ class ModelConfig:
             not ("draft" in kinds and "eagle3" in kinds), "one --draft serves 'draft' or 'eagle3', not both"
         )
         _require(1 <= self.ngram_min <= self.ngram_max, "ngram sizes need 1 <= ngram_min <= ngram_max")
+        if self.runtime == "openvino":
+            _require(
+                self.device != "cuda",
+                "runtime 'openvino' runs on the CPU: use --device cpu or --runtime torch",
+            )
+            _require(
+                self.dtype in ("auto", "float32"),
+                "runtime 'openvino' computes in float32: use --dtype float32 (or auto), or --runtime torch",
+            )
+            _require(self.compile == "off", "runtime 'openvino' compiles its own graph: use --compile off")
+            _require(
+                "eagle3" not in kinds,
+                "an EAGLE-3 head reads the target's hidden states, which runtime 'openvino' does not "
+                "return yet: use --runtime torch, or another --proposer",
+            )
         _ = self.suffix  # validates the suffix settings
 
     @property

@@ -26,9 +26,11 @@ class OpenVINO:
     python: Path  # the environment's interpreter; optimum-cli sits beside it
     model_dir: Path  # the exported model
     max_seqs: int
+    # Its KV cache: "f32" as ours, or "u8", what OpenVINO's CPU plugin picks on x86 unless told.
+    kv_precision: str = "f32"
 
     @classmethod
-    def prepare(cls, python: Path, source_dir: str, max_seqs: int) -> OpenVINO:
+    def prepare(cls, python: Path, source_dir: str, max_seqs: int, kv_precision: str = "f32") -> OpenVINO:
         """Exports the model on first use; later runs reuse the export."""
         if not python.exists():
             raise SystemExit(
@@ -43,7 +45,7 @@ class OpenVINO:
             command = [str(cli), "export", "openvino", "--model", source_dir]
             command += ["--task", "text-generation-with-past", "--weight-format", "fp32", str(out)]
             subprocess.run(command, check=True)
-        return cls(python, out, max_seqs)
+        return cls(python, out, max_seqs, kv_precision)
 
     def serve(
         self, traffic: list[Request], lookup_k: int, threads: int
@@ -54,6 +56,7 @@ class OpenVINO:
             "lookup_k": lookup_k,
             "threads": threads,
             "max_seqs": self.max_seqs,
+            "kv_precision": self.kv_precision,
             "requests": [
                 {"arrival": r.arrival, "prompt": r.prompt, "max_tokens": r.max_tokens} for r in traffic
             ],

@@ -41,6 +41,8 @@ def serve(spec: dict[str, Any]) -> dict[str, Any]:
     scheduler.dynamic_split_fuse = True
     # OpenVINO runs fp32 weights in bf16 on CPUs that have it, unless told not to; ours are fp32.
     properties: dict[str, Any] = {"INFERENCE_PRECISION_HINT": spec.get("precision", "f32")}
+    if spec.get("kv_precision"):  # its CPU plugin keeps the KV cache in u8 on x86 unless told
+        properties["KV_CACHE_PRECISION"] = spec["kv_precision"]
     if spec.get("threads"):  # the same threads as ours; 0 leaves OpenVINO's own choice
         properties["INFERENCE_NUM_THREADS"] = spec["threads"]
     if spec["lookup_k"]:

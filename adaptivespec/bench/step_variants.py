@@ -66,7 +66,7 @@ def compile_variants() -> list[Variant]:
 
     def compiled(runner: HFRunner) -> None:
         use_packed_linears(runner.models, on=False)
-        if runner.target.compiled is None:
+        if runner.cached is not None and runner.cached.compiled is None:
             runner.compile()
         runner.run_compiled(True)
 

@@ -80,7 +80,9 @@ def compare_with_dynamic_cache(runner: HFRunner, prompts: list[list[int]], steps
     """One plain decode step at a fixed context: our slot cache against DynamicCache, interleaved."""
     batch, context = len(prompts), len(prompts[0])
     ids = torch.tensor(prompts, device=runner.device)
-    model, kwarg = runner.target.model, runner.target.cache_kwarg
+    if runner.cached is None:
+        raise ValueError("the cache comparison runs the torch runtime's slot cache")
+    model, kwarg = runner.cached.model, runner.cached.cache_kwarg
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(input_ids=ids[:, :-1], use_cache=True, **{kwarg: cache})

@@ -34,7 +34,7 @@ from adaptivespec.bench.traffic import (
 from adaptivespec.bench.traffic_mixes import MIXES
 from adaptivespec.bench.traffic_mixes import prompts as traffic_prompts
 from adaptivespec.bench.workload_engines import Harness, adaptive_policy
-from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, RUNTIMES, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import compute_thread
 from adaptivespec.engine.loader import load_runner
@@ -53,6 +53,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     bench.add_argument("--device", choices=DEVICES, default="auto")
     bench.add_argument("--dtype", choices=DTYPES, default="auto")
+    bench.add_argument(
+        "--runtime", choices=RUNTIMES, default="torch", help="what runs ours' target forwards (default torch)"
+    )
     bench.add_argument("--rates", type=numbers, default=None, help="requests per second (default 0.25,0.5,1)")
     bench.add_argument("--no-burst", action="store_true", help="skip the burst (every request at once)")
     bench.add_argument("--requests", type=int, default=None, help="per rate (default 32; --quick 10)")
@@ -65,6 +68,12 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     bench.add_argument(
         "--openvino-python", type=Path, default=None, help="the Python of an environment with openvino-genai"
+    )
+    bench.add_argument(
+        "--openvino-kv-precision",
+        choices=("f32", "u8", "f16"),
+        default="f32",
+        help="OpenVINO's KV cache: f32 as ours (default), or u8, its CPU plugin's own default on x86",
     )
     bench.add_argument("--max-batch", type=int, default=32, help="our batch rows, and the static batch size")
     bench.add_argument("--ttft-target-ms", type=float, default=3000.0)
@@ -89,6 +98,13 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         default=250.0,
         help="hf-static: how long the oldest waiting request waits for a batch to fill",
+    )
+    bench.add_argument(
+        "--prefill-chunk-tokens",
+        type=int,
+        default=0,
+        help="ours: prompt tokens a step may take while streams decode (0: paced by measurement, "
+        "the default; OpenVINO's peer takes up to 512 a step)",
     )
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--traffic", choices=MIXES, default="chat", help="the prompts' mix (traffic_mixes.py)")
@@ -152,7 +168,12 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     context = max(plan.shape.longest, long_tokens + prefill_stall.STREAM_PROMPT) + 8
     rows = max(args.max_batch, args.streams + 1)
     models = ModelConfig(
-        target=args.target, draft=args.draft, proposer=args.proposer, device=args.device, dtype=args.dtype
+        target=args.target,
+        draft=args.draft,
+        proposer=args.proposer,
+        device=args.device,
+        dtype=args.dtype,
+        runtime=args.runtime,
     )
     config = EngineConfig(
         max_batch=rows,
@@ -173,12 +194,15 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         max_queued=config.max_queued,
         max_context=context,
         threads=args.threads,
+        prefill_chunk_tokens=args.prefill_chunk_tokens,
         models=models,
     )
     adaptive = adaptive_policy(loaded)
     openvino = None
     if any(e.startswith("openvino") for e in plan.engines):
-        openvino = OpenVINO.prepare(args.openvino_python, loaded.target.path, args.max_batch)
+        openvino = OpenVINO.prepare(
+            args.openvino_python, loaded.target.path, args.max_batch, args.openvino_kv_precision
+        )
     window_s = args.static_window_ms / 1e3
     harness = Harness(loaded, compute, serving, adaptive, args.k, openvino, window_s)
     report: dict[str, Any] = {
@@ -205,6 +229,9 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         "controller": "fresh for each rate and round: nothing learned carries over",
         "threads_asked": args.threads,  # 0: ours left to the engine, OpenVINO to its own choice
         "static_window_ms": args.static_window_ms,
+        "ours_runtime": args.runtime,  # what ran ours' target forwards: torch or OpenVINO
+        "openvino_kv_precision": args.openvino_kv_precision,  # the peer's KV cache; ours is f32
+        "prefill_chunk_tokens": args.prefill_chunk_tokens,  # ours; 0: paced (prefill_pacer.py)
     }
     print(
         f"{loaded.runner.model_key} on {loaded.runner.hardware_key}: {plan.count} requests per rate, "

@@ -24,6 +24,7 @@ from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import BatchSampling, SamplingParams, next_tokens
 from adaptivespec.engine.segments import SegmentLayout
+from adaptivespec.engine.target_passes import TargetPasses
 from adaptivespec.engine.thread_governor import ThreadGovernor
 from adaptivespec.engine.verification import verify
 
@@ -44,7 +45,10 @@ class HFRunner:
         hardware_key: str,
         clock: ForwardClock,
         threads: ThreadGovernor | None = None,
+        passes: TargetPasses | None = None,
     ) -> None:
+        """`passes`: how the target's forwards run (openvino_target.py); None: with torch, on
+        the slot cache (cached_model.py)."""
         # The drafters by method, in the order given: the first drafts when a step names none.
         self.proposers = {proposer.method: proposer for proposer in proposers}
         if len(self.proposers) != len(proposers):
@@ -60,7 +64,12 @@ class HFRunner:
         self.threads = threads
         # Verify writes up to column len-1+K; the last column is the pad sink (see ragged.py).
         self.cache_len = max_context + max_spec_tokens + 1
-        self.target = CachedModel(target, max_batch, self.cache_len, clock)
+        self.cached: CachedModel | None = None  # the torch runtime's target, when it runs
+        self.target: TargetPasses
+        if passes is None:
+            self.target = self.cached = CachedModel(target, max_batch, self.cache_len, clock)
+        else:
+            self.target = passes
         self.vocab_rows = int(cast(torch.nn.Embedding, target.get_input_embeddings()).num_embeddings)
         self.device = self.target.device
         self.rows = RowState.allocate(max_batch, self.cache_len, self.device)
@@ -69,7 +78,8 @@ class HFRunner:
     @property
     def models(self) -> list[PreTrainedModel]:
         """The transformers models the step runs: the target, then any draft models."""
-        return [cached.model for cached in self._cached_models()]
+        drafts = [cached.model for cached in self._cached_models() if cached is not self.cached]
+        return [self.target.model, *drafts]
 
     def compile(self) -> None:
         """Compiles the step's passes, then runs each once on throwaway rows.
@@ -90,7 +100,8 @@ class HFRunner:
 
     def _cached_models(self) -> list[CachedModel]:
         drafts = [getattr(proposer, "draft", None) for proposer in self.proposers.values()]
-        return [self.target] + [draft for draft in drafts if isinstance(draft, CachedModel)]
+        own = [] if self.cached is None else [self.cached]
+        return own + [draft for draft in drafts if isinstance(draft, CachedModel)]
 
     @torch.inference_mode()
     def _warm_up(self, batch: int) -> None:
@@ -113,10 +124,14 @@ class HFRunner:
         return self.target.cache.nbytes + sum(proposer.nbytes for proposer in self.proposers.values())
 
     def describe(self) -> str:
+        forwards = (
+            f"{packed_layers(self.models)} linear layers packed for oneDNN"
+            if self.cached is not None
+            else "the target's forwards on OpenVINO (paged attention)"
+        )
         return (
             f"hf runner on {self.hardware_key}: KV cache preallocated for {self.max_batch} rows x "
-            f"{self.cache_len} positions = {self.kv_bytes / 2**20:.1f} MiB; "
-            f"{packed_layers(self.models)} linear layers packed for oneDNN"
+            f"{self.cache_len} positions = {self.kv_bytes / 2**20:.1f} MiB; {forwards}"
         )
 
     @torch.inference_mode()

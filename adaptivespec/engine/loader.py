@@ -39,6 +39,9 @@ from adaptivespec.engine.kv_budget import KVPlan, default_budget, plan
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_cache import announce
 from adaptivespec.engine.model_sources import ModelSource, resolve_models
+from adaptivespec.engine.openvino_export import INSTALL_HINT as OPENVINO_HINT
+from adaptivespec.engine.openvino_export import exported_model, openvino_available
+from adaptivespec.engine.openvino_target import OpenVINOTarget
 from adaptivespec.engine.packed_gqa import use_attention
 from adaptivespec.engine.packed_linear import can_pack, pack_linears
 from adaptivespec.engine.proposers import DraftModelProposer, NgramProposer, Proposer
@@ -143,7 +146,10 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     models = config.models
     if "suffix" in models.proposers and not suffix_available():
         raise ConfigError(INSTALL_HINT)  # before minutes of loading, not after
-    device = resolve_device(models.device)
+    on_openvino = models.runtime == "openvino"
+    if on_openvino and not openvino_available():
+        raise ConfigError(OPENVINO_HINT)
+    device = resolve_device("cpu" if on_openvino else models.device)
     dtype = resolve_dtype(models.dtype, device)
     threads = set_threads(config.threads)  # before the hardware key, which names the thread count
     if device.type == "cpu":
@@ -157,12 +163,17 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     # A compiled step leaves the linears to inductor, which cannot lower oneDNN's packed op.
     linear = models.linear if models.compile == "off" else "torch"
     target = load_model(
-        target_source.path, device, dtype, positions, attention=models.attention, linear=linear
+        target_source.path,
+        device,
+        dtype,
+        positions,
+        attention=models.attention,
+        linear="torch" if on_openvino else linear,  # OpenVINO runs its own copy of the weights
     )
     tokenizer = load_tokenizer(target_source.path)
     clock = ForwardClock(on_cuda=device.type == "cuda")
     cache_len = config.max_context + config.max_spec_tokens + 1
-    kinds, head_dir = _drafters(models, target_source.path, progress)
+    kinds, head_dir = _drafters(models, target_source.path, progress, heads=not on_openvino)
     if head_dir is not None and models.compile == "on":
         raise ConfigError("an EAGLE-3 head does not run with compile on yet; use --compile off")
     head = None if head_dir is None else load_head(head_dir, target, linear=linear)
@@ -192,6 +203,19 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
                 DraftModelProposer(draft, draft_source.key, kv.rows, cache_len, clock, target_width=width)
             )
     drafters = ",".join(proposer.name for proposer in proposers)
+    passes = (
+        _openvino(
+            target,
+            target_source,
+            rows=kv.rows,
+            cache_len=cache_len,
+            clock=clock,
+            threads=threads,
+            progress=progress,
+        )
+        if on_openvino
+        else None
+    )
     runner = HFRunner(
         target,
         proposers,
@@ -200,13 +224,32 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         max_spec_tokens=config.max_spec_tokens,
         eos_token_ids=eos_ids(target, tokenizer),
         model_key=f"{target_source.key}+{drafters}:{str(dtype).removeprefix('torch.')}",
-        hardware_key=hardware_key(device),
+        # The runtime changes what a step costs, so the controller learns each apart.
+        hardware_key=hardware_key(device) + ("+openvino" if on_openvino else ""),
         clock=clock,
-        threads=_governor(config.threads, models.compile) if device.type == "cpu" else None,
+        # OpenVINO sizes its own team once, at compile: the count is pinned there.
+        threads=None if device.type != "cpu" or on_openvino else _governor(config.threads, models.compile),
+        passes=passes,
     )
     if models.compile == "on":
         _compile(runner, progress)
     return LoadedModels(runner, tokenizer, target_source)
+
+
+def _openvino(
+    target: PreTrainedModel,
+    source: ModelSource,
+    *,
+    rows: int,
+    cache_len: int,
+    clock: ForwardClock,
+    threads: int,
+    progress: bool,
+) -> OpenVINOTarget:
+    ir = exported_model(source.path, source.key, target.config, progress)
+    passes = OpenVINOTarget(target, ir, rows=rows, cache_len=cache_len, clock=clock, threads=threads)
+    announce(progress, f"the target's forwards run on OpenVINO ({ir.parent.name})")
+    return passes
 
 
 def _governor(asked: int, compile: str) -> ThreadGovernor | None:
@@ -219,17 +262,22 @@ def _governor(asked: int, compile: str) -> ThreadGovernor | None:
     return ThreadGovernor(len(cpus), partial(read_cpu_times, cpus))
 
 
-def _drafters(models: ModelConfig, target_dir: str, progress: bool) -> tuple[tuple[str, ...], str | None]:
-    """The drafters to load, "auto" resolved, and the EAGLE-3 head's directory if one drafts."""
+def _drafters(
+    models: ModelConfig, target_dir: str, progress: bool, *, heads: bool = True
+) -> tuple[tuple[str, ...], str | None]:
+    """The drafters to load, "auto" resolved, and the EAGLE-3 head's directory if one drafts.
+    `heads`: whether the target's runtime returns the states a head reads."""
     if models.proposers == ("auto",):
         # A compiled step cannot keep the head's states yet (loader refuses eagle3 with compile on).
-        cached = cached_head(target_dir) if models.compile == "off" else None
+        cached = cached_head(target_dir) if models.compile == "off" and heads else None
         announce(
             progress,
             f"drafting with the EAGLE-3 head trained for this target ({cached})"
             if cached
             else "drafting with prompt lookup (ngram); `adaptivespec train-draft` builds an EAGLE-3 "
-            "head for this target, which serve then uses (with --compile off)",
+            "head for this target, which serve then uses (with --compile off)"
+            if heads
+            else "drafting with prompt lookup (ngram): runtime 'openvino' does not run EAGLE-3 heads yet",
         )
         return ("eagle3",) if cached else ("ngram",), None if cached is None else str(cached)
     return models.proposers, models.draft if "eagle3" in models.proposers else None

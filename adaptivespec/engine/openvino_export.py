@@ -1,0 +1,236 @@
+"""A transformers causal LM converted once to OpenVINO, for the `openvino` runtime.
+
+The conversion traces the model with transformers' own modeling code (sdpa attention, plain
+linears), its KV cache fed in and returned as tensors, and saves it as a stateful model: the
+form OpenVINO's paged-attention pass rewrites. That pass is applied at load (a rewritten
+model does not serialize), and turns every attention into OpenVINO's PagedAttention, whose
+inputs are the cache blocks, each sequence's past length and where its tokens start: what
+continuous batching and a multi-token verify need (openvino_target.py). Weights stay f32,
+the model is cached by its content, and optimum-intel is not needed (it pins an older
+transformers than ours).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers.cache_utils import Cache
+
+from adaptivespec.engine.kvcache import CacheShape
+from adaptivespec.engine.model_cache import announce, build_once, cache_dir
+from adaptivespec.errors import ConfigError
+
+INSTALL_HINT = "the openvino runtime needs OpenVINO: pip install -e '.[openvino]' (or pip install openvino)"
+IR_FILE = "model.xml"
+# CPU PagedAttention reads its cache in blocks of this many tokens.
+BLOCK_SIZE = 32
+FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
+
+
+def openvino_available() -> bool:
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _PastCache(Cache):
+    """Past keys and values given as tensors; each layer's update appends the new ones, so the
+    traced graph holds Concat(past, new) before attention, the pattern the paged pass rewrites."""
+
+    def __init__(self, past: list[torch.Tensor]) -> None:
+        super().__init__(layers=[])
+        self.keys = list(past[0::2])
+        self.values = list(past[1::2])
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys[layer_idx] = torch.cat([self.keys[layer_idx], key_states], dim=-2)
+        self.values[layer_idx] = torch.cat([self.values[layer_idx], value_states], dim=-2)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def get_seq_length(self, layer_idx: int | None = 0) -> int:
+        return int(self.keys[layer_idx or 0].shape[-2])
+
+    def get_mask_sizes(self, query_length: Any, layer_idx: int = 0) -> tuple[Any, int]:
+        return self.keys[layer_idx].shape[-2] + query_length, 0
+
+    @property
+    def is_compileable(self) -> bool:
+        return False
+
+
+class _Traced(torch.nn.Module):
+    """(input_ids, mask, position_ids, beam_idx, *past) -> (logits, *present), tensors only.
+
+    `beam_idx` reorders the past rows, as optimum's exports do: the paged pass expects a past
+    read through that gather, and removes it.
+    """
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        beam_idx: torch.Tensor,
+        *past: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        cache = _PastCache([p.index_select(0, beam_idx) for p in past])
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        present = [t for pair in zip(cache.keys, cache.values, strict=True) for t in pair]
+        return (out.logits, *present)
+
+
+def exported_model(model_path: str, model_key: str, config: PretrainedConfig, progress: bool = True) -> Path:
+    """The cached stateful IR of the model at `model_path`, converting it on first use."""
+    if not openvino_available():
+        raise ConfigError(INSTALL_HINT)
+    import openvino as ov
+
+    fingerprint = _fingerprint(model_path, ov.get_version())
+    home = cache_dir() / "openvino-runtime" / f"{_safe(model_key)}-{fingerprint}"
+
+    def build(staging: Path) -> None:
+        announce(progress, f"converting {model_key} to OpenVINO (once; cached in {home})")
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=torch.float32, attn_implementation="sdpa", local_files_only=True
+        )
+        ov_model = convert(cast(PreTrainedModel, model.eval()), config)
+        ov.save_model(ov_model, staging / IR_FILE, compress_to_fp16=False)
+        (staging / "source.json").write_text(json.dumps({"model": model_key, "path": model_path}))
+
+    return build_once(home, IR_FILE, build) / IR_FILE
+
+
+def convert(model: PreTrainedModel, config: PretrainedConfig) -> Any:
+    """Traces `model` (f32, sdpa attention) into a stateful OpenVINO model."""
+    import openvino as ov
+    import openvino._offline_transformations as passes
+
+    shape = CacheShape.from_config(config, 2, 4)
+    n, t, past = 2, 3, 4
+    past_kv = [torch.zeros(n, shape.kv_heads, past, shape.head_dim) for _ in range(2 * shape.num_layers)]
+    example = (
+        torch.ones(n, t, dtype=torch.long),
+        torch.ones(n, 1, t, past + t, dtype=torch.bool),
+        torch.arange(past, past + t).expand(n, t).clone(),
+        torch.arange(n, dtype=torch.int32),
+        *past_kv,
+    )
+    with torch.no_grad(), _grouped_heads_repeated():
+        ov_model = ov.convert_model(_Traced(model), example_input=example)
+    layers = [f"{i}.{kind}" for i in range(shape.num_layers) for kind in ("key", "value")]
+    names = ["input_ids", "attention_mask", "position_ids", "beam_idx"]
+    names += [f"past_key_values.{x}" for x in layers]
+    for port, name in zip(ov_model.inputs, names, strict=True):  # the paged pass finds inputs by name
+        port.get_tensor().set_names({name})
+        port.get_node().set_friendly_name(name)
+    for port, name in zip(ov_model.outputs, ["logits"] + [f"present.{x}" for x in layers], strict=True):
+        port.get_tensor().set_names({name})
+    passes.apply_make_stateful_transformation(
+        ov_model, {f"past_key_values.{x}": f"present.{x}" for x in layers}
+    )
+    _give_states_an_initializer(ov_model, shape)
+    return ov_model
+
+
+@contextmanager
+def _grouped_heads_repeated() -> Iterator[None]:
+    """The paged pass finds the KV heads of grouped-query attention where `repeat_kv` broadcasts
+    them; the loader asks transformers' sdpa for its packed-GQA path instead, which hides them."""
+    before = os.environ.get(FORCE_GQA)
+    os.environ[FORCE_GQA] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[FORCE_GQA]
+        else:
+            os.environ[FORCE_GQA] = before
+
+
+def _give_states_an_initializer(ov_model: Any, shape: CacheShape) -> None:
+    """The paged pass matches a past read from a state that has an initial value, as optimum's
+    exports have; the value itself is never used (the pass removes the states)."""
+    import openvino as ov
+    from openvino import opset6
+
+    variables = {v.info.variable_id: v for v in ov_model.get_variables()}
+    empty = np.zeros((1, shape.kv_heads, 0, shape.head_dim), dtype=np.float32)
+    for node in ov_model.get_ops():
+        if node.get_type_name() == "ReadValue" and node.get_input_size() == 0:
+            read = opset6.read_value(ov.opset13.constant(empty), variables[node.get_variable_id()])
+            node.output(0).replace(read.output(0))
+
+
+def paged_model(ir: Path, config: PretrainedConfig) -> Any:
+    """The exported model with paged attention, f32 cache blocks of BLOCK_SIZE tokens, and a
+    `logits_indices` input choosing the tokens whose logits the head computes."""
+    import openvino as ov
+    import openvino._offline_transformations as passes
+    import openvino.opset13 as opset
+
+    ov_model = ov.Core().read_model(ir)
+    passes.paged_attention_transformation(ov_model)
+    if any(node.get_type_name() == "ScaledDotProductAttention" for node in ov_model.get_ops()):
+        raise ConfigError(
+            f"the openvino runtime cannot run {type(config).__name__}: OpenVINO's paged attention "
+            "did not recognise its attention; use --runtime torch"
+        )
+    shape = CacheShape.from_config(config, 1, 1)
+    for port in ov_model.inputs:
+        if port.get_any_name().startswith(("key_cache.", "value_cache.")):
+            parameter = port.get_node()
+            parameter.set_element_type(ov.Type.f32)
+            parameter.set_partial_shape(ov.PartialShape([-1, shape.kv_heads, BLOCK_SIZE, shape.head_dim]))
+    # Only the tokens a step samples from need the vocabulary projection: gather their hidden
+    # states before the head's matmul (a 1,500-token prompt would otherwise project every token).
+    head = ov_model.outputs[0].get_node().input_value(0).get_node()
+    while head.get_type_name() != "MatMul":
+        head = head.input_value(0).get_node()
+    indices = opset.parameter([-1], ov.Type.i64, name="logits_indices")
+    indices.output(0).get_tensor().set_names({"logits_indices"})
+    hidden = head.input_value(0)
+    head.input(0).replace_source_output(opset.gather(hidden, indices, np.int64(0)).output(0))
+    ov_model.add_parameters([indices])
+    ov_model.validate_nodes_and_infer_types()
+    return ov_model
+
+
+def _fingerprint(model_path: str, runtime_version: str) -> str:
+    """Weights and config by content, and the OpenVINO that converted them."""
+    digest = hashlib.sha256(runtime_version.encode())
+    folder = Path(model_path)
+    files = [*sorted(folder.glob("*.safetensors")), *sorted(folder.glob("*.bin")), folder / "config.json"]
+    for file in files:
+        if file.exists():
+            digest.update(file.name.encode())
+            with open(file, "rb") as handle:
+                while block := handle.read(1 << 24):
+                    digest.update(block)
+    return digest.hexdigest()[:12]
+
+
+def _safe(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)

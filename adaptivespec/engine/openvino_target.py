@@ -1,0 +1,169 @@
+"""The target's passes run by OpenVINO: the `openvino` runtime behind the hf runner.
+
+OpenVINO's PagedAttention takes the tokens of every sequence flattened, with each
+sequence's past length, where its tokens start, and the cache blocks it owns. That is the
+whole of what the runner asks of a target: a prompt chunk, a decode step, a verify of K + 1
+tokens a row, or a step and prompt chunks together, are each one call. Each row owns a fixed
+run of blocks, so a row's cache is its block list: a rejected draft is forgotten by feeding
+the next tokens at the row's own length (the pass overwrites those columns), and moving a
+row hands its blocks over instead of copying them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+
+from adaptivespec.engine.cached_model import ForwardClock
+from adaptivespec.engine.kvcache import CacheShape
+from adaptivespec.engine.openvino_export import BLOCK_SIZE, paged_model
+from adaptivespec.engine.ragged import RaggedLayout
+from adaptivespec.engine.segments import SegmentLayout
+
+
+class BlockTable:
+    """Which cache blocks each row owns: row r's columns [32 j, 32 j + 32) live in block table[r, j]."""
+
+    def __init__(self, rows: int, cache_len: int) -> None:
+        self.per_row = -(-cache_len // BLOCK_SIZE)
+        self.table = np.arange(rows * self.per_row, dtype=np.int32).reshape(rows, self.per_row)
+
+    @property
+    def blocks(self) -> int:
+        return int(self.table.size)
+
+    def move(self, srcs: list[int], dsts: list[int]) -> None:
+        """Each row dst takes row src's blocks, all at once (a row may be both: compaction moves
+        a row into a hole and the prompt being fed into that row's old place). The blocks of
+        destinations that were not themselves moved go to the sources left behind, so that
+        every block keeps exactly one owner."""
+        old = self.table.copy()
+        self.table[dsts] = old[srcs]
+        vacated = [s for s in srcs if s not in set(dsts)]
+        dropped = [d for d in dsts if d not in set(srcs)]
+        self.table[vacated] = old[dropped]
+
+    def of(self, rows: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The blocks rows need to hold columns [0, end): flattened, and where each row's begin."""
+        counts = -(-ends // BLOCK_SIZE)
+        indices = np.concatenate([self.table[r, :c] for r, c in zip(rows, counts, strict=True)])
+        return indices.astype(np.int32), np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+
+
+class PagedCache:
+    """The blocks' keys and values (f32), shared with OpenVINO without copies."""
+
+    def __init__(self, shape: CacheShape, table: BlockTable) -> None:
+        dims = (table.blocks, shape.kv_heads, BLOCK_SIZE, shape.head_dim)
+        self.table = table
+        self.arrays = {
+            f"{kind}_cache.{layer}": np.zeros(dims, dtype=np.float32)
+            for layer in range(shape.num_layers)
+            for kind in ("key", "value")
+        }
+
+    @property
+    def nbytes(self) -> int:
+        return sum(array.nbytes for array in self.arrays.values())
+
+    def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None:
+        self.table.move(srcs.tolist(), dsts.tolist())
+
+
+class OpenVINOTarget:
+    """What the hf runner asks of its target (cached_model.CachedModel's passes), on OpenVINO."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        ir: Path,
+        *,
+        rows: int,
+        cache_len: int,
+        clock: ForwardClock,
+        threads: int,
+    ) -> None:
+        import openvino as ov
+
+        config: PretrainedConfig = model.config
+        self.model = model  # kept for what reads the model itself (embeddings, eos, benchmarks)
+        self.device = torch.device("cpu")
+        self.clock = clock
+        self.compiled = None  # the compiled torch step does not apply
+        self.cache_len = cache_len
+        shape = CacheShape.from_config(config, rows, cache_len)
+        self.cache = PagedCache(shape, BlockTable(rows, cache_len))
+        properties: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+        if threads:
+            properties["INFERENCE_NUM_THREADS"] = threads
+        compiled = ov.Core().compile_model(paged_model(ir, config), "CPU", properties)
+        self.request = compiled.create_infer_request()
+        for name, array in self.cache.arrays.items():
+            self.request.set_tensor(name, ov.Tensor(array, shared_memory=True))
+
+    def compile(self) -> None:
+        raise ValueError("the openvino runtime compiles its own graph; compile applies to the torch runtime")
+
+    @property
+    def runs_segments(self) -> bool:
+        return True
+
+    def forward(
+        self,
+        row_start: int,
+        input_ids: torch.Tensor,
+        layout: RaggedLayout,
+        last_only: bool,
+        step: bool = False,
+    ) -> torch.Tensor:
+        """input_ids [n, T], every row's T tokens real (a decode or verify pass) -> logits [n, 1 or T, V]."""
+        n, width = input_ids.shape
+        starts = layout.positions[:, 0].numpy()
+        counts = np.full(n, width, dtype=np.int64)
+        ends = np.cumsum(counts)
+        keep = ends - 1 if last_only else np.arange(n * width)
+        rows = np.arange(row_start, row_start + n)
+        logits = self._run(rows, starts, counts, input_ids.numpy().ravel(), keep)
+        return logits.reshape(n, 1 if last_only else width, -1)
+
+    def forward_segments(self, ids: torch.Tensor, layout: SegmentLayout) -> torch.Tensor:
+        """ids [1, T] laid out as `layout` says -> logits [B + chunks, V], each row's last token."""
+        rows = layout.rows[0].numpy()
+        firsts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
+        counts = np.diff(np.concatenate([firsts, [len(rows)]]))
+        starts = layout.cols[0].numpy()[firsts]
+        return self._run(rows[firsts], starts, counts, ids[0].numpy(), layout.keep.numpy())
+
+    def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
+        """Row row_start + r's chunk goes in at columns [starts[r], ...) -> each row's last logits [n, V]."""
+        counts = np.array([len(chunk) for chunk in chunks], dtype=np.int64)
+        ids = np.concatenate([np.asarray(chunk, dtype=np.int64) for chunk in chunks])
+        rows = np.arange(row_start, row_start + len(chunks))
+        return self._run(rows, np.asarray(starts, dtype=np.int64), counts, ids, np.cumsum(counts) - 1)
+
+    def _run(
+        self, rows: np.ndarray, starts: np.ndarray, counts: np.ndarray, ids: np.ndarray, keep: np.ndarray
+    ) -> torch.Tensor:
+        """Sequence i is row rows[i], its counts[i] tokens going in at columns from starts[i];
+        `keep` indexes the flattened tokens whose logits come back ([len(keep), V])."""
+        began = self.clock.mark()
+        ends = starts + counts
+        blocks, block_begins = self.cache.table.of(rows, ends)
+        positions = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)])
+        inputs = {
+            "input_ids": ids.astype(np.int64, copy=False),
+            "position_ids": positions.astype(np.int64),
+            "past_lens": starts.astype(np.int32),
+            "subsequence_begins": np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
+            "block_indices": blocks,
+            "block_indices_begins": block_begins,
+            "max_context_len": np.array(ends.max(), dtype=np.int32),
+            "logits_indices": keep.astype(np.int64),
+        }
+        logits = self.request.infer(inputs, share_inputs=True)[0]  # [len(keep), 1, V], a copy
+        self.clock.add(began, self.clock.mark())
+        return torch.from_numpy(logits[:, 0])

@@ -1,0 +1,46 @@
+"""What the hf runner asks of its target: the passes over its rows' caches.
+
+`CachedModel` runs them with torch on a transformers model and its slot cache;
+`OpenVINOTarget` runs them with OpenVINO's paged attention (the `openvino` runtime).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from transformers import PreTrainedModel
+
+from adaptivespec.engine.ragged import RaggedLayout
+from adaptivespec.engine.segments import SegmentLayout
+
+
+class RowCache(Protocol):
+    @property
+    def nbytes(self) -> int: ...
+
+    def move_rows(self, srcs: torch.Tensor, dsts: torch.Tensor, upto: int) -> None: ...
+
+
+class TargetPasses(Protocol):
+    model: PreTrainedModel  # the transformers model: its embeddings, config and generation config
+    device: torch.device
+
+    @property
+    def cache(self) -> RowCache: ...
+
+    @property
+    def runs_segments(self) -> bool: ...
+
+    def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> torch.Tensor: ...
+
+    def forward(
+        self,
+        row_start: int,
+        input_ids: torch.Tensor,
+        layout: RaggedLayout,
+        last_only: bool,
+        step: bool = False,
+    ) -> torch.Tensor: ...
+
+    def forward_segments(self, ids: torch.Tensor, layout: SegmentLayout) -> torch.Tensor: ...

@@ -1,0 +1,200 @@
+"""The `openvino` runtime: the target's forwards on OpenVINO's paged attention, outputs exact.
+
+Greedy tokens must equal transformers' `generate()` on the same weights in f32, with
+speculation (n-gram and draft model, K up to 8), staggered arrivals, prompts fed in chunks
+and into plain steps, and rows moved as requests finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from adaptivespec.config import EngineConfig, ModelConfig
+from adaptivespec.controller.policy import FixedK, StaticTable
+from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.openvino_export import openvino_available
+from adaptivespec.engine.openvino_target import BlockTable
+from adaptivespec.engine.records import Completion
+from adaptivespec.errors import ConfigError
+
+from ..conftest import TinyPair, engine_config
+from .test_exactness import GREEDY, PROMPTS
+
+if not openvino_available():
+    if os.environ.get("ADAPTIVESPEC_REQUIRE_OPENVINO"):
+        raise RuntimeError("openvino is not installed: pip install -e '.[openvino]'")
+    pytest.skip("openvino is not installed (pip install -e '.[openvino]')", allow_module_level=True)
+
+
+def _config(pair: TinyPair, proposer: str, **limits: int) -> EngineConfig:
+    config = engine_config(pair, proposer, **limits)
+    return replace(config, models=replace(config.models, runtime="openvino"))
+
+
+@pytest.fixture(scope="module")
+def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("openvino-cache")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADAPTIVESPEC_CACHE_DIR", str(cache_root))
+
+
+def _load(config: EngineConfig) -> LoadedModels:
+    return load_runner(config, progress=False)
+
+
+async def _serve(
+    loaded: LoadedModels, config: EngineConfig, policy: FixedK | StaticTable
+) -> list[Completion]:
+    engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
+    await engine.start()
+    try:
+        tasks = []
+        for i, prompt in enumerate(PROMPTS):
+            tasks.append(asyncio.create_task(engine.generate(prompt, GREEDY)))
+            if i % 3 == 2:  # the running batch takes a few steps before the next group joins
+                target = engine.steps + 2
+                while engine.steps < target:
+                    await asyncio.sleep(0.001)
+        return await asyncio.gather(*tasks)
+    finally:
+        await engine.stop()
+
+
+@pytest.fixture(scope="module")
+def generated(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> list[list[int]]:
+    """What transformers' own `generate()` gives for each prompt, greedy, in f32."""
+    loaded = load_runner(engine_config(tiny_pair, "ngram"), progress=False)
+    model = loaded.runner.target.model
+    out = []
+    for text in PROMPTS:
+        prompt = torch.tensor([loaded.tokenizer.encode(text)])
+        with torch.inference_mode():
+            reference = model.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=GREEDY.max_tokens,
+                do_sample=False,
+            )
+        out.append(reference[0, prompt.shape[1] :].tolist())
+    return out
+
+
+def _assert_matches(outputs: list[Completion], generated: list[list[int]]) -> None:
+    checked = 0
+    for completion, expected in zip(outputs, generated, strict=True):
+        # generate() stops at EOS; the requests ignore it, so compare up to where it stopped.
+        assert completion.token_ids[: len(expected)] == expected
+        checked += len(expected)
+    assert checked >= 50
+
+
+def test_plain_steps_equal_transformers_generate(tiny_pair: TinyPair, generated: list[list[int]]) -> None:
+    config = _config(tiny_pair, "ngram")
+    loaded = _load(config)
+    assert loaded.runner.hardware_key.endswith("+openvino")
+    assert loaded.runner.cached is None
+    _assert_matches(asyncio.run(_serve(loaded, config, FixedK(0))), generated)
+
+
+@pytest.mark.parametrize(
+    ("proposer", "k"), [("ngram", 1), ("ngram", 4), ("draft", 1), ("draft", 4), ("draft", 8)]
+)
+def test_speculative_steps_equal_transformers_generate(
+    tiny_pair: TinyPair, generated: list[list[int]], proposer: str, k: int
+) -> None:
+    config = _config(tiny_pair, proposer)
+    outputs = asyncio.run(_serve(_load(config), config, FixedK(k)))
+    _assert_matches(outputs, generated)
+    drafted = sum(o.stats.drafted for o in outputs)
+    accepted = sum(o.stats.accepted for o in outputs)
+    assert drafted > 0, "the proposer never drafted, so nothing was verified"
+    if proposer == "draft":
+        assert 0 < accepted < drafted  # both kept and rejected drafts: the rollback ran
+
+
+def test_prompts_in_chunks_and_inside_plain_steps_stay_exact(
+    tiny_pair: TinyPair, generated: list[list[int]]
+) -> None:
+    """Prompts go in 5 tokens at a time, some as forwards of their own and some inside a plain
+    step's forward (at K = 0), while speculation switches on and off."""
+    config = _config(tiny_pair, "draft", prefill_chunk_tokens=5)
+    loaded = _load(config)
+    assert loaded.runner.fuses_prompts
+    flapping = StaticTable.parse([(1, 3, 0), (4, 6, 2), (7, 9, 0)], default_k=0)
+    _assert_matches(asyncio.run(_serve(loaded, config, flapping)), generated)
+
+
+def test_rows_moved_while_a_prompt_goes_in_keep_their_caches(tiny_pair: TinyPair) -> None:
+    """Compaction as the scheduler does it: row 1 finished, row 4 moves into it, and the prompt
+    half-fed into row 5 follows into row 4 (a row both moved into and moved out of). Each row's
+    next logits must then be transformers' own for that row's text."""
+    loaded = _load(_config(tiny_pair, "ngram"))
+    target, model = loaded.runner.target, loaded.runner.target.model
+    prompts = [loaded.tokenizer.encode(text) for text in PROMPTS[:6]]
+    with torch.inference_mode():
+        target.prefill(0, prompts[:5], [0] * 5)
+        target.prefill(5, [prompts[5][:3]], [0])
+        target.cache.move_rows(torch.tensor([4, 5]), torch.tensor([1, 4]), 0)
+        ours = target.prefill(4, [prompts[5][3:]], [3])[0]
+        theirs = model(torch.tensor([prompts[5]])).logits[0, -1]
+        assert torch.allclose(ours, theirs, atol=1e-3)
+        for row, prompt in enumerate([prompts[0], prompts[4], prompts[2], prompts[3]]):
+            ours = target.prefill(row, [[7]], [len(prompt)])[0]  # one more token on each row
+            theirs = model(torch.tensor([[*prompt, 7]])).logits[0, -1]
+            assert torch.allclose(ours, theirs, atol=1e-3), f"row {row}"
+
+
+def test_the_conversion_is_cached(tiny_pair: TinyPair, cache_root: Path) -> None:
+    _load(_config(tiny_pair, "ngram"))
+    converted = [p for p in (cache_root / "openvino-runtime").iterdir() if p.is_dir()]
+    _load(_config(tiny_pair, "ngram"))
+    assert [p for p in (cache_root / "openvino-runtime").iterdir() if p.is_dir()] == converted
+    assert len(converted) == 1 and (converted[0] / "model.xml").exists()
+
+
+def test_moving_rows_hands_blocks_over_and_keeps_every_block_owned() -> None:
+    table = BlockTable(rows=4, cache_len=70)  # 3 blocks of 32 per row
+    before = table.table.copy()
+    table.move([3, 2], [0, 1])
+    assert (table.table[0] == before[3]).all() and (table.table[1] == before[2]).all()
+    assert sorted(table.table.ravel().tolist()) == list(range(12))
+    # Compaction: row 4 fills the hole at 1, and the prompt being fed at 5 follows into 4.
+    table = BlockTable(rows=6, cache_len=64)
+    before = table.table.copy()
+    table.move([4, 5], [1, 4])
+    assert (table.table[1] == before[4]).all() and (table.table[4] == before[5]).all()
+    assert sorted(table.table.ravel().tolist()) == list(range(12))
+    table = BlockTable(rows=4, cache_len=70)
+    before = table.table.copy()
+    table.move([3, 2], [0, 1])
+    blocks, begins = table.of(np.array([0, 2]), np.array([33, 5]))
+    assert blocks.tolist() == [*before[3][:2].tolist(), before[1][0]] and begins.tolist() == [0, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"compile": "on"}, "compiles its own graph"),
+        ({"device": "cuda"}, "runs on the CPU"),
+        ({"dtype": "bfloat16"}, "float32"),
+    ],
+)
+def test_settings_it_cannot_run_are_refused_with_what_to_do(change: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(runtime="openvino", **change)  # type: ignore[arg-type]
+
+
+def test_an_eagle3_head_is_refused_with_what_to_do(tiny_head: Path) -> None:
+    with pytest.raises(ConfigError, match="--runtime torch"):
+        ModelConfig(runtime="openvino", draft=str(tiny_head), proposer="eagle3")
