@@ -208,6 +208,11 @@ def paged_model(ir: Path, config: PretrainedConfig) -> Any:
     # states before the head's matmul (a 1,500-token prompt would otherwise project every token).
     head = ov_model.outputs[0].get_node().input_value(0).get_node()
     while head.get_type_name() != "MatMul":
+        if head.get_input_size() == 0:
+            raise ConfigError(
+                f"the openvino runtime found no vocabulary matmul in {type(config).__name__}; "
+                "use --runtime torch"
+            )
         head = head.input_value(0).get_node()
     indices = opset.parameter([-1], ov.Type.i64, name="logits_indices")
     indices.output(0).get_tensor().set_names({"logits_indices"})

@@ -18,7 +18,6 @@ import torch
 
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.controller.policy import FixedK, StaticTable
-from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.openvino_export import openvino_available
 from adaptivespec.engine.openvino_target import BlockTable
@@ -26,7 +25,7 @@ from adaptivespec.engine.records import Completion
 from adaptivespec.errors import ConfigError
 
 from ..conftest import TinyPair, engine_config
-from .test_exactness import GREEDY, PROMPTS
+from .test_exactness import GREEDY, PROMPTS, _serve
 
 if not openvino_available():
     if os.environ.get("ADAPTIVESPEC_REQUIRE_OPENVINO"):
@@ -53,26 +52,8 @@ def _load(config: EngineConfig) -> LoadedModels:
     return load_runner(config, progress=False)
 
 
-async def _serve(
-    loaded: LoadedModels, config: EngineConfig, policy: FixedK | StaticTable
-) -> list[Completion]:
-    engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
-    await engine.start()
-    try:
-        tasks = []
-        for i, prompt in enumerate(PROMPTS):
-            tasks.append(asyncio.create_task(engine.generate(prompt, GREEDY)))
-            if i % 3 == 2:  # the running batch takes a few steps before the next group joins
-                target = engine.steps + 2
-                while engine.steps < target:
-                    await asyncio.sleep(0.001)
-        return await asyncio.gather(*tasks)
-    finally:
-        await engine.stop()
-
-
 @pytest.fixture(scope="module")
-def generated(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> list[list[int]]:
+def generated(tiny_pair: TinyPair) -> list[list[int]]:
     """What transformers' own `generate()` gives for each prompt, greedy, in f32."""
     loaded = load_runner(engine_config(tiny_pair, "ngram"), progress=False)
     model = loaded.runner.target.model
