@@ -43,8 +43,9 @@ class BlockTable:
         every block keeps exactly one owner."""
         old = self.table.copy()
         self.table[dsts] = old[srcs]
-        vacated = [s for s in srcs if s not in set(dsts)]
-        dropped = [d for d in dsts if d not in set(srcs)]
+        moved_into, moved_from = set(dsts), set(srcs)
+        vacated = [s for s in srcs if s not in moved_into]
+        dropped = [d for d in dsts if d not in moved_from]
         self.table[vacated] = old[dropped]
 
     def of(self, rows: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,8 +94,6 @@ class OpenVINOTarget:
         self.model = model  # kept for what reads the model itself (embeddings, eos, benchmarks)
         self.device = torch.device("cpu")
         self.clock = clock
-        self.compiled = None  # the compiled torch step does not apply
-        self.cache_len = cache_len
         shape = CacheShape.from_config(config, rows, cache_len)
         self.cache = PagedCache(shape, BlockTable(rows, cache_len))
         properties: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -104,9 +103,6 @@ class OpenVINOTarget:
         self.request = compiled.create_infer_request()
         for name, array in self.cache.arrays.items():
             self.request.set_tensor(name, ov.Tensor(array, shared_memory=True))
-
-    def compile(self) -> None:
-        raise ValueError("the openvino runtime compiles its own graph; compile applies to the torch runtime")
 
     @property
     def runs_segments(self) -> bool:
@@ -124,8 +120,7 @@ class OpenVINOTarget:
         n, width = input_ids.shape
         starts = layout.positions[:, 0].numpy()
         counts = np.full(n, width, dtype=np.int64)
-        ends = np.cumsum(counts)
-        keep = ends - 1 if last_only else np.arange(n * width)
+        keep = np.arange(n * width)[width - 1 :: width] if last_only else np.arange(n * width)
         rows = np.arange(row_start, row_start + n)
         logits = self._run(rows, starts, counts, input_ids.numpy().ravel(), keep)
         return logits.reshape(n, 1 if last_only else width, -1)
