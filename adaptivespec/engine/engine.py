@@ -229,7 +229,7 @@ class Engine:
         batch = list(self.scheduler.running)
         context = sum(len(s) for s in batch) / len(batch) if batch else 0.0
         fused = bool(batch) and self._fuses(len(batch), context)
-        admission = self.scheduler.admit(self.pacer.budget(bool(batch), waiting, fused=fused))
+        admission = self.scheduler.admit(self.pacer.budget(len(batch), waiting, fused=fused))
         await self._move(moves)
         if not admission.chunks:
             return False

@@ -19,6 +19,7 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from adaptivespec.engine.cached_model import ForwardClock
+from adaptivespec.engine.host_memory import zeroed
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.openvino_export import BLOCK_SIZE, paged_model
 from adaptivespec.engine.ragged import RaggedLayout
@@ -62,7 +63,7 @@ class PagedCache:
         dims = (table.blocks, shape.kv_heads, BLOCK_SIZE, shape.head_dim)
         self.table = table
         self.arrays = {
-            f"{kind}_cache.{layer}": np.zeros(dims, dtype=np.float32)
+            f"{kind}_cache.{layer}": zeroed(dims, torch.float32).numpy()
             for layer in range(shape.num_layers)
             for kind in ("key", "value")
         }

@@ -11,6 +11,13 @@ step's forward (segments.py) costs only what it adds to the step, fitted apart. 
 stream decoding there is nothing to protect, and prompts go in up to the step's ceiling.
 PACE is 0.6 rather than nearer 1: on a small CPU the p99 of the gaps sits well above their
 typical length, and the bar is the p99 at twice the steady gap.
+
+That share is sized for a full house, STALL_STREAMS decoding. With fewer streams decoding the
+pacer allows the same stall in stream-seconds, shared among fewer streams: each of them waits
+longer for that step, and the prompt reaches its first token in fewer steps. Chunking never
+saves the streams any stall in total (a prompt's tokens cost the same in one chunk or many);
+it only spreads the stall, which matters most when many streams share it, while every extra
+chunk adds a whole step to the prompt's time to first token.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PACE = 0.6  # prefill seconds per step per waiting prompt, as a share of a decode step's seconds
+STALL_STREAMS = 32  # the streams decoding for which PACE holds; fewer share the same stall
 FIRST_CHUNK = 64  # before anything has been measured
 SMALLEST_CHUNK = 16  # a floor, so that a prompt always advances at a useful rate
 MEMORY = 0.9  # weight kept by the older measurements at each new one
@@ -75,9 +83,10 @@ class PrefillPacer:
     beside_step: PrefillCost = field(default_factory=PrefillCost)  # what chunks add to a decode step
     step_seconds: float | None = None
 
-    def budget(self, decoding: bool, waiting: int, fused: bool = False) -> int:
-        """Prompt tokens for this step; `waiting` counts the prompts not yet fully prefilled.
-        `fused`: the chunks go into the decode step's forward, so only what they add counts."""
+    def budget(self, decoding: int, waiting: int, fused: bool = False) -> int:
+        """Prompt tokens for this step while `decoding` streams decode; `waiting` counts the
+        prompts not yet fully prefilled. `fused`: the chunks go into the decode step's forward,
+        so only what they add counts."""
         if not decoding:
             return self.ceiling
         if self.fixed:
@@ -85,7 +94,8 @@ class PrefillPacer:
         cost = self.beside_step if fused else self.cost
         if not cost.measured or self.step_seconds is None:
             return min(FIRST_CHUNK, self.ceiling)
-        tokens = cost.tokens_within(PACE * max(1, waiting) * self.step_seconds)
+        shares = max(1, waiting) * max(1.0, STALL_STREAMS / decoding)
+        tokens = cost.tokens_within(PACE * shares * self.step_seconds)
         return max(SMALLEST_CHUNK, min(tokens, self.ceiling))
 
     def prefilled(self, tokens: int, seconds: float) -> None:

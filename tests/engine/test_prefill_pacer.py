@@ -2,7 +2,16 @@ from __future__ import annotations
 
 import pytest
 
-from adaptivespec.engine.prefill_pacer import FIRST_CHUNK, PACE, SMALLEST_CHUNK, PrefillCost, PrefillPacer
+from adaptivespec.engine.prefill_pacer import (
+    FIRST_CHUNK,
+    PACE,
+    SMALLEST_CHUNK,
+    STALL_STREAMS,
+    PrefillCost,
+    PrefillPacer,
+)
+
+FULL = STALL_STREAMS  # streams decoding: PACE's own case
 
 
 def _fed(pacer: PrefillPacer, sizes: list[int], fixed: float, per_token: float) -> None:
@@ -12,19 +21,19 @@ def _fed(pacer: PrefillPacer, sizes: list[int], fixed: float, per_token: float) 
 
 def test_a_step_prefills_what_fits_in_its_share_of_a_decode_step() -> None:
     pacer = PrefillPacer(ceiling=512)
-    assert pacer.budget(decoding=False, waiting=3) == 512  # nothing to protect
-    assert pacer.budget(decoding=True, waiting=1) == FIRST_CHUNK  # nothing measured yet
+    assert pacer.budget(decoding=0, waiting=3) == 512  # nothing to protect
+    assert pacer.budget(decoding=FULL, waiting=1) == FIRST_CHUNK  # nothing measured yet
     pacer.decoded(0.200)
     _fed(pacer, [FIRST_CHUNK], fixed=0.05, per_token=0.002)  # one size seen, and it fits 20 shares
-    assert pacer.budget(decoding=True, waiting=20) > FIRST_CHUNK  # so bigger chunks are tried
+    assert pacer.budget(decoding=FULL, waiting=20) > FIRST_CHUNK  # so bigger chunks are tried
     _fed(pacer, [16, 64, 32, 128, 48, 96], fixed=0.05, per_token=0.002)  # 50 ms of weights, 2 ms a token
     pacer.decoded(0.200)
     fixed, per_token = pacer.cost.line()
     assert fixed == pytest.approx(0.05) and per_token == pytest.approx(0.002)
-    assert abs(pacer.budget(decoding=True, waiting=1) - (PACE * 0.200 - 0.05) / 0.002) <= 1  # 35 tokens
+    assert abs(pacer.budget(decoding=FULL, waiting=1) - (PACE * 0.200 - 0.05) / 0.002) <= 1  # 35 tokens
     # A queue of prompts gets a larger share per step, up to the ceiling.
-    assert abs(pacer.budget(decoding=True, waiting=3) - (3 * PACE * 0.200 - 0.05) / 0.002) <= 1
-    assert pacer.budget(decoding=True, waiting=50) == 512
+    assert abs(pacer.budget(decoding=FULL, waiting=3) - (3 * PACE * 0.200 - 0.05) / 0.002) <= 1
+    assert pacer.budget(decoding=FULL, waiting=50) == 512
 
 
 def test_until_two_sizes_are_seen_only_a_size_known_to_fit_is_trusted() -> None:
@@ -34,8 +43,8 @@ def test_until_two_sizes_are_seen_only_a_size_known_to_fit_is_trusted() -> None:
     assert cost.line() is None
     pacer = PrefillPacer(ceiling=512, cost=cost)
     pacer.decoded(0.130)
-    assert pacer.budget(decoding=True, waiting=1) == SMALLEST_CHUNK  # a probe, not 512 / 1 s * 91 ms
-    assert pacer.budget(decoding=True, waiting=20) == 512  # 20 shares of 91 ms: 512 tokens fit
+    assert pacer.budget(decoding=FULL, waiting=1) == SMALLEST_CHUNK  # a probe, not 512 / 1 s * 91 ms
+    assert pacer.budget(decoding=FULL, waiting=20) == 512  # 20 shares of 91 ms: 512 tokens fit
     _fed(pacer, [SMALLEST_CHUNK], fixed=0.06, per_token=0.0018)
     line = pacer.cost.line()
     assert line is not None and line[1] > 0  # the probe gave the fit its second size
@@ -43,7 +52,7 @@ def test_until_two_sizes_are_seen_only_a_size_known_to_fit_is_trusted() -> None:
 
 def test_a_fixed_chunk_is_not_measured() -> None:
     pacer = PrefillPacer(ceiling=100, fixed=300)
-    assert pacer.budget(decoding=True, waiting=1) == 100
+    assert pacer.budget(decoding=FULL, waiting=1) == 100
 
 
 def test_a_burst_paces_its_second_wave_from_what_the_first_cost() -> None:
@@ -52,22 +61,34 @@ def test_a_burst_paces_its_second_wave_from_what_the_first_cost() -> None:
     learned.prefilled(512, 0.25)  # 16 prompts of 32 tokens into an idle engine
     for pacer in (blind, learned):
         pacer.decoded(0.036)  # then those 16 streams decode
-    assert blind.budget(decoding=True, waiting=16) == FIRST_CHUNK
+    assert blind.budget(decoding=FULL, waiting=16) == FIRST_CHUNK
     # 16 waiting prompts' shares are 0.40 s, and 512 tokens took 0.25 s: the rest goes in at once.
-    assert learned.budget(decoding=True, waiting=16) == 512
-    assert learned.budget(decoding=True, waiting=1) == SMALLEST_CHUNK  # one share: a probe
+    assert learned.budget(decoding=FULL, waiting=16) == 512
+    assert learned.budget(decoding=FULL, waiting=1) == SMALLEST_CHUNK  # one share: a probe
 
 
 def test_chunks_inside_a_decode_step_are_paced_by_what_they_add_to_it() -> None:
     pacer = PrefillPacer(ceiling=512)
     pacer.decoded(0.100)
     _fed(pacer, [16, 64, 128], fixed=0.05, per_token=0.002)  # forwards of their own
-    alone = pacer.budget(decoding=True, waiting=1, fused=True)
+    alone = pacer.budget(decoding=FULL, waiting=1, fused=True)
     assert alone == FIRST_CHUNK  # nothing measured inside a step yet
     for tokens in (32, 96, 64, 160):  # a step of 100 ms that carried them: 0.4 ms a token more
         pacer.prefilled_beside_step(tokens, 0.100 + 0.0004 * tokens)
     fixed, per_token = pacer.beside_step.line()
     assert fixed == pytest.approx(0.0, abs=1e-9) and per_token == pytest.approx(0.0004)
-    assert abs(pacer.budget(decoding=True, waiting=1, fused=True) - PACE * 0.100 / 0.0004) <= 1  # 175
-    assert pacer.budget(decoding=True, waiting=1) == SMALLEST_CHUNK  # alone, 10 tokens would fit
+    assert abs(pacer.budget(decoding=FULL, waiting=1, fused=True) - PACE * 0.100 / 0.0004) <= 1  # 175
+    assert pacer.budget(decoding=FULL, waiting=1) == SMALLEST_CHUNK  # alone, 10 tokens would fit
     assert pacer.step_seconds == pytest.approx(0.100)  # the steps that carried chunks are not its measure
+
+
+def test_fewer_streams_share_the_same_stall_and_the_prompt_goes_in_sooner() -> None:
+    pacer = PrefillPacer(ceiling=4096)
+    pacer.decoded(0.100)
+    _fed(pacer, [16, 64, 32, 128], fixed=0.0, per_token=0.001)
+    full = pacer.budget(decoding=FULL, waiting=1)
+    assert abs(full - PACE * 0.100 / 0.001) <= 1  # 60 tokens: 60 ms of stall for each of 32 streams
+    # A quarter of the streams: four times the stall each, the same stream-seconds in all.
+    assert abs(pacer.budget(decoding=FULL // 4, waiting=1) - 4 * full) <= 2
+    assert pacer.budget(decoding=1, waiting=1) == pytest.approx(STALL_STREAMS * full, abs=STALL_STREAMS)
+    assert pacer.budget(decoding=2 * FULL, waiting=1) == full  # more streams than that: PACE holds
