@@ -8,7 +8,7 @@ from adaptivespec.engine.host_memory import zeroed
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_a_buffer_is_zeros_of_its_shape_and_takes_writes(dtype: torch.dtype) -> None:
-    dims = (3, 2, 512, 64)  # 1.5 MiB in f32: below and above a huge page across the dtypes
+    dims = (3, 4, 1024, 64)  # 3 MiB in f32, 1.5 MiB in 16 bits: above and below a huge page
     buffer = zeroed(dims, dtype)
     assert buffer.shape == dims and buffer.dtype == dtype and buffer.is_contiguous()
     assert not buffer.any()
