@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -189,14 +189,8 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         if args.traffic == "chat"
         else traffic_prompts(args.traffic, loaded.tokenizer, plan.count, args.seed)
     )
-    serving = EngineConfig(
-        max_batch=args.max_batch,
-        max_queued=config.max_queued,
-        max_context=context,
-        threads=args.threads,
-        prefill_chunk_tokens=args.prefill_chunk_tokens,
-        models=models,
-    )
+    # The runner holds rows for the stall check's streams; the engines serve max_batch of them.
+    serving = replace(config, max_batch=args.max_batch, prefill_chunk_tokens=args.prefill_chunk_tokens)
     adaptive = adaptive_policy(loaded)
     openvino = None
     if any(e.startswith("openvino") for e in plan.engines):

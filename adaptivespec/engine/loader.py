@@ -270,15 +270,16 @@ def _drafters(
     if models.proposers == ("auto",):
         # A compiled step cannot keep the head's states yet (loader refuses eagle3 with compile on).
         cached = cached_head(target_dir) if models.compile == "off" and heads else None
-        announce(
-            progress,
-            f"drafting with the EAGLE-3 head trained for this target ({cached})"
-            if cached
-            else "drafting with prompt lookup (ngram); `adaptivespec train-draft` builds an EAGLE-3 "
-            "head for this target, which serve then uses (with --compile off)"
-            if heads
-            else "drafting with prompt lookup (ngram): runtime 'openvino' does not run EAGLE-3 heads yet",
-        )
+        if cached:
+            said = f"drafting with the EAGLE-3 head trained for this target ({cached})"
+        elif heads:
+            said = (
+                "drafting with prompt lookup (ngram); `adaptivespec train-draft` builds an EAGLE-3 "
+                "head for this target, which serve then uses (with --compile off)"
+            )
+        else:
+            said = "drafting with prompt lookup (ngram): runtime 'openvino' does not run EAGLE-3 heads yet"
+        announce(progress, said)
         return ("eagle3",) if cached else ("ngram",), None if cached is None else str(cached)
     return models.proposers, models.draft if "eagle3" in models.proposers else None
 
