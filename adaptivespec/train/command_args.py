@@ -8,7 +8,7 @@ from pathlib import Path
 from adaptivespec.config import DEFAULT_MODEL
 
 # Defaults, stated once here; train_draft.py's settings take them from the parsed flags.
-PROMPTS, NEW_TOKENS, DRAFT_VOCAB, EPOCHS, LR = 480, 128, 8192, 5.0, 2e-3
+PROMPTS, NEW_TOKENS, DRAFT_VOCAB, EPOCHS, LR, BATCH_SEQUENCES = 480, 128, 8192, 5.0, 2e-3, 8
 
 
 def register(

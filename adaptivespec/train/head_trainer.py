@@ -21,8 +21,10 @@ from transformers import PreTrainedModel
 
 from adaptivespec.engine.eagle3_format import Eagle3Spec, default_aux_layers
 from adaptivespec.engine.eagle3_head import Eagle3Head, embedding_rows
-from adaptivespec.train.command_args import EPOCHS, LR
+from adaptivespec.train.command_args import BATCH_SEQUENCES, EPOCHS, LR
 from adaptivespec.train.teacher import Shard
+
+LENGTH_WINDOW = 8  # batches whose sequences are sorted by length together
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +32,10 @@ class TrainSettings:
     epochs: float = EPOCHS
     lr: float = LR
     ttt_steps: int = 3  # drafting steps trained together (speculators' default)
-    batch_sequences: int = 8
+    batch_sequences: int = BATCH_SEQUENCES
     seed: int = 0
     checkpoint_seconds: float = 60.0  # how much training an interruption may lose
+    bf16: bool = False  # matmuls in bf16 (autocast; the weights stay float32): for CPUs with bf16 arithmetic
 
     def __post_init__(self) -> None:
         if self.epochs <= 0 or self.lr <= 0 or self.ttt_steps < 1 or self.batch_sequences < 1:
@@ -116,12 +119,20 @@ class HeadTrainer:
         self.step = 0
 
     def batches(self, shards: list[Shard], epoch: int) -> Iterator[Shard]:
-        """Every sequence once, shuffled by epoch, in batches of similar length."""
+        """Every sequence once, shuffled by epoch, in batches of similar length, in random order."""
         rows = [(s, r) for s, shard in enumerate(shards) for r in range(shard.tokens.shape[0])]
-        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(self.settings.seed + epoch))
+        generator = torch.Generator().manual_seed(self.settings.seed + epoch)
+        order = [rows[int(i)] for i in torch.randperm(len(rows), generator=generator)]
         size = self.settings.batch_sequences
-        for start in range(0, len(rows), size):
-            picked = [rows[int(i)] for i in order[start : start + size]]
+        # A batch is as wide as its longest sequence: sorting each window of a few batches by
+        # length keeps padding (computed, then thrown away) small while the order stays random.
+        window = size * LENGTH_WINDOW
+        batches = []
+        for start in range(0, len(order), window):
+            part = sorted(order[start : start + window], key=lambda row: int(shards[row[0]].lengths[row[1]]))
+            batches += [part[i : i + size] for i in range(0, len(part), size)]
+        for b in torch.randperm(len(batches), generator=generator).tolist():
+            picked = batches[b]
             yield _gather([shards[s] for s, _ in picked], [r for _, r in picked])
 
     def total_steps(self, shards: list[Shard]) -> int:
@@ -133,7 +144,8 @@ class HeadTrainer:
         lr = self.settings.lr * 0.5 * (1 + math.cos(math.pi * min(self.step / total, 1.0)))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss, accuracy = self.loss(batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.settings.bf16):
+            loss, accuracy = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)

@@ -1,7 +1,7 @@
-"""The teacher's side of training: the target continues each prompt, then shows what it saw.
+"""The teacher's side of training: the target shows what it saw over each prompt and its continuation.
 
-For each prompt the target writes a continuation (greedy or sampled, alternately), and one
-forward over prompt + continuation records, at every position, the inputs of the head's
+The continuations are written by the serving engine (continuations.py); one forward over
+prompt + continuation then records, at every position, the inputs of the head's
 auxiliary layers and the target's normed last state (what its LM head reads, so the
 teacher's distribution over any vocabulary is one matmul away). They are taken by hooks on
 those layers, as the serving engine's `HiddenTap` takes them. Shards are saved as they are
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -44,40 +44,12 @@ class Shard:
 
 
 class Teacher:
-    def __init__(self, target: PreTrainedModel, aux_layers: tuple[int, ...], eos_ids: frozenset[int]) -> None:
+    def __init__(self, target: PreTrainedModel, aux_layers: tuple[int, ...], bf16: bool = False) -> None:
+        """`bf16`: the forward's matmuls in bf16 (autocast), for a CPU that has bf16 arithmetic;
+        the states are stored in bf16 either way."""
         self.target = target
         self.aux_layers = aux_layers
-        self.eos_ids = eos_ids
-        self.pad = min(eos_ids) if eos_ids else 0
-
-    def continue_prompts(
-        self, prompts: list[list[int]], new_tokens: int, sampled: bool, seed: int
-    ) -> list[list[int]]:
-        """Each prompt followed by the target's continuation (ended at its EOS, which stays)."""
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, prompt in enumerate(prompts):
-            ids[r, width - len(prompt) :] = torch.tensor(prompt)
-            mask[r, width - len(prompt) :] = 1
-        torch.manual_seed(seed)
-        options: dict[str, Any] = {"do_sample": sampled}
-        if sampled:
-            options |= {"temperature": 0.8, "top_p": 0.95}
-        generate = cast(Callable[..., torch.Tensor], self.target.generate)
-        out = generate(
-            input_ids=ids,
-            attention_mask=mask,
-            max_new_tokens=new_tokens,
-            pad_token_id=self.pad,
-            **options,
-        )
-        sequences = []
-        for r, prompt in enumerate(prompts):
-            generated = out[r, width:].tolist()
-            end = next((i + 1 for i, t in enumerate(generated) if t in self.eos_ids), len(generated))
-            sequences.append(list(prompt) + generated[:end])
-        return sequences
+        self.bf16 = bf16
 
     def record(self, sequences: list[list[int]], dtype: torch.dtype = STORE_DTYPE) -> Shard:
         """One forward over the sequences (right-padded), keeping the states the head learns
@@ -96,7 +68,8 @@ class Teacher:
         ]
         hooks.append(modules[-1].register_forward_hook(_keep_output(kept, "final")))
         try:
-            self.target(input_ids=tokens, attention_mask=mask, logits_to_keep=1)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                self.target(input_ids=tokens, attention_mask=mask, logits_to_keep=1)
         finally:
             for hook in hooks:
                 hook.remove()

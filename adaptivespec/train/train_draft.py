@@ -1,7 +1,8 @@
 """`adaptivespec train-draft --target TARGET [--out DIR]`: an EAGLE-3 head for a target, built here.
 
-1. Prompts from local text (corpus.py); the target continues them and records what the head
-   learns from (teacher.py), shard by shard.
+1. Prompts from local text (corpus.py); the serving engine writes the target's continuations
+   (continuations.py), and the target records what the head learns from (teacher.py), shard
+   by shard.
 2. The draft vocabulary: the ids that text uses most.
 3. The head trains on the shards (head_trainer.py), checkpointed every minute.
 4. It is written in the speculators format, into the cache under the target's content
@@ -24,13 +25,14 @@ import torch
 from adaptivespec.config import ModelConfig
 from adaptivespec.engine.eagle3_format import Eagle3Spec, write_head
 from adaptivespec.engine.eagle3_head import embedding_rows
-from adaptivespec.engine.hardware import set_threads
+from adaptivespec.engine.hardware import native_cpu_bf16, set_threads
 from adaptivespec.engine.head_cache import head_home
-from adaptivespec.engine.loader import eos_ids, load_model, load_tokenizer
+from adaptivespec.engine.loader import load_model, load_tokenizer
 from adaptivespec.engine.model_cache import announce
 from adaptivespec.engine.model_sources import resolve_models
 from adaptivespec.errors import AdaptiveSpecError
 from adaptivespec.train.command_args import DRAFT_VOCAB, NEW_TOKENS, PROMPTS
+from adaptivespec.train.continuations import Continuations, ContinuationWriter
 from adaptivespec.train.corpus import training_prompts
 from adaptivespec.train.head_trainer import HeadTrainer, TrainSettings, draft_vocabulary, head_spec, new_head
 from adaptivespec.train.teacher import Shard, Teacher
@@ -40,13 +42,14 @@ from adaptivespec.train.teacher import Shard, Teacher
 class DataSettings:
     prompts: int = PROMPTS
     new_tokens: int = NEW_TOKENS  # the target's continuation of each prompt
-    batch: int = 8  # prompts continued together
+    batch: int = 16  # sequences recorded in one forward: one shard
+    group: int = 8  # shards whose prompts the engine continues together (the unit of resuming)
     draft_vocab: int = DRAFT_VOCAB
     seed: int = 0
     text: Path | None = None  # prompts from this file instead of the standard library
 
     def __post_init__(self) -> None:
-        if min(self.prompts, self.new_tokens, self.batch, self.draft_vocab) < 1:
+        if min(self.prompts, self.new_tokens, self.batch, self.group, self.draft_vocab) < 1:
             raise ValueError(f"train-draft settings must be positive: {self}")
 
 
@@ -54,10 +57,10 @@ def run(args: argparse.Namespace) -> Path:
     data = DataSettings(
         args.prompts, args.new_tokens, draft_vocab=args.draft_vocab, seed=args.seed, text=args.text
     )
-    fit = TrainSettings(epochs=args.epochs, lr=args.lr, seed=args.seed)
-    set_threads(args.threads)
+    fit = TrainSettings(epochs=args.epochs, lr=args.lr, seed=args.seed, bf16=native_cpu_bf16())
+    threads = set_threads(args.threads)
     try:
-        home = train_draft(args.target, args.out, data, fit)
+        home = train_draft(args.target, args.out, data, fit, threads=threads)
     except KeyboardInterrupt:
         raise AdaptiveSpecError(
             "train-draft interrupted; run the same command again to resume where it stopped"
@@ -67,7 +70,13 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def train_draft(
-    target_name: str, out: Path | None, data: DataSettings, fit: TrainSettings, progress: bool = True
+    target_name: str,
+    out: Path | None,
+    data: DataSettings,
+    fit: TrainSettings,
+    *,
+    progress: bool = True,
+    threads: int = 0,
 ) -> Path:
     source, _ = resolve_models(ModelConfig(target=target_name, proposer="ngram"), progress)
     home = out or head_home(source.path)
@@ -81,9 +90,11 @@ def train_draft(
     vocab = embedding_rows(target)
     spec = head_spec(target, min(data.draft_vocab, vocab), source.path)
     began = time.perf_counter()
-    shards = _teach(
-        Teacher(target, spec.aux_layers or (), eos_ids(target, tokenizer)), tokenizer, data, work, progress
-    )
+    text = None if data.text is None else data.text.read_text(encoding="utf-8")
+    prompts = training_prompts(tokenizer, data.prompts, data.seed, text=text)
+    engine = Continuations(target_name, threads, max(len(p) for p in prompts), data.new_tokens)
+    teacher = Teacher(target, spec.aux_layers or (), bf16=fit.bf16)
+    shards = _teach(teacher, engine, prompts, data, work, progress=progress)
     ids = _vocabulary(shards, spec, vocab, work)
     head = new_head(spec, target, ids, data.seed)
     trainer = HeadTrainer(head, target.get_input_embeddings(), fit)
@@ -100,29 +111,43 @@ def train_draft(
 
 
 def _teach(
-    teacher: Teacher, tokenizer: object, data: DataSettings, work: Path, progress: bool
+    teacher: Teacher,
+    engine: Continuations,
+    prompts: list[list[int]],
+    data: DataSettings,
+    work: Path,
+    *,
+    progress: bool,
 ) -> list[Shard]:
-    text = None if data.text is None else data.text.read_text(encoding="utf-8")
-    prompts = training_prompts(tokenizer, data.prompts, data.seed, text=text)  # type: ignore[arg-type]
-    batches = [prompts[i : i + data.batch] for i in range(0, len(prompts), data.batch)]
-    shards, began, made = [], time.perf_counter(), 0
-    for index, batch in enumerate(batches):
-        path = work / f"shard-{index:05d}.pt"
-        if not path.exists():
+    """The shards, made group by group where a run before this one did not make them."""
+    per_group = data.batch * data.group
+    groups = [prompts[i : i + per_group] for i in range(0, len(prompts), per_group)]
+    writer: ContinuationWriter | None = None
+    shards: list[Shard] = []
+    began, made = time.perf_counter(), 0
+    announce(
+        progress,
+        f"teacher: the target continues {len(prompts)} prompts ({data.new_tokens} tokens each) "
+        f"in {len(groups)} groups of up to {per_group}, then records its states over them",
+    )
+    for g, group in enumerate(groups):
+        paths = [work / f"shard-{g:04d}-{j}.pt" for j in range(-(-len(group) // data.batch))]
+        if not all(path.exists() for path in paths):
+            if writer is None:  # a resumed run with every shard made never loads the engine
+                writer = ContinuationWriter(engine, progress=False)
+            sequences = writer.write(group, first_index=g * per_group, seed=data.seed)
             with torch.inference_mode():
-                sequences = teacher.continue_prompts(
-                    batch, data.new_tokens, sampled=index % 2 == 1, seed=data.seed + index
-                )
-                teacher.record(sequences).save(path)
+                for j, path in enumerate(paths):
+                    teacher.record(sequences[j * data.batch : (j + 1) * data.batch]).save(path)
             made += 1
-        shards.append(Shard.load(path))
-        if made and (index % 5 == 4 or index == len(batches) - 1):
-            per_shard = (time.perf_counter() - began) / made
-            left = per_shard * (len(batches) - index - 1)
+        shards += [Shard.load(path) for path in paths]
+        if made:
+            left = (time.perf_counter() - began) / made * (len(groups) - g - 1)
             tokens = sum(int(s.lengths.sum()) for s in shards)
+            done = min(len(prompts), (g + 1) * per_group)
             announce(
                 progress,
-                f"teacher: {index + 1}/{len(batches)} batches, {tokens:,} tokens, "
+                f"teacher: {done}/{len(prompts)} prompts continued and recorded, {tokens:,} tokens, "
                 f"about {left / 60:.1f} min left",
             )
     return shards

@@ -154,7 +154,7 @@ def test_the_proposer_drafts_what_training_teaches_at_the_same_positions(
         runner.decode(3, k)
     target = runner.target.model
     finals = [runner.rows.host_tokens[r, : runner.rows.host_lens[r]].tolist() for r in range(3)]
-    shard = Teacher(target, proposer.head.spec.aux_layers or (), frozenset()).record(finals, torch.float32)
+    shard = Teacher(target, proposer.head.spec.aux_layers or ()).record(finals, torch.float32)
     trainer = HeadTrainer(proposer.head, target.get_input_embeddings(), TrainSettings(ttt_steps=3))
     with torch.no_grad():
         predicted = trainer.predictions(shard)  # per depth, [N, W] target ids
