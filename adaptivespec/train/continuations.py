@@ -17,7 +17,7 @@ from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.loader import LoadedModels
 from adaptivespec.engine.sampling import SamplingParams
 
-ROWS = 32  # decoding rows: where the CPU's step time stops growing slower than the batch
+ROWS = 32  # rows decoding at once (the size measured against generate: docs/decisions.md)
 SAMPLED_TEMPERATURE, SAMPLED_TOP_P = 0.8, 0.95
 
 
