@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from adaptivespec.config import EngineConfig, ModelConfig
-from adaptivespec.engine.loader import LoadedModels
+from adaptivespec.engine.engine import Engine, compute_thread
+from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.sampling import SamplingParams
 
 ROWS = 32  # rows decoding at once (the size measured against generate: docs/decisions.md)
@@ -34,7 +35,7 @@ class Continuations:
         models = ModelConfig(target=self.target, proposer="ngram", device="cpu", dtype="float32")
         return EngineConfig(
             max_batch=ROWS,
-            max_queued=1 << 16,
+            max_queued=1 << 16,  # a whole group of prompts is queued at once
             max_context=self.longest + self.new_tokens + 1,
             threads=self.threads,
             models=models,
@@ -64,8 +65,6 @@ class ContinuationWriter:
     """One loaded engine that writes continuations for successive groups of prompts."""
 
     def __init__(self, settings: Continuations, progress: bool) -> None:
-        from adaptivespec.engine.loader import load_runner
-
         self.settings = settings
         self.config = settings.config()
         self.loaded: LoadedModels = load_runner(self.config, progress=progress)
@@ -78,11 +77,8 @@ class ContinuationWriter:
         return [list(prompt) + output for prompt, output in zip(prompts, outputs, strict=True)]
 
     async def _run(self, prompts: list[Sequence[int]], params: list[SamplingParams]) -> list[list[int]]:
-        from adaptivespec.engine.engine import Engine, compute_thread
-
         compute = compute_thread()
-        config = replace(self.config, max_queued=max(1, len(prompts)))
-        engine = Engine(self.loaded.runner, self.loaded.tokenizer, NoDrafting(), config, compute=compute)
+        engine = Engine(self.loaded.runner, self.loaded.tokenizer, NoDrafting(), self.config, compute=compute)
         await engine.start()
         try:
             requests = (engine.generate(p, q) for p, q in zip(prompts, params, strict=True))
