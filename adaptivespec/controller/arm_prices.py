@@ -72,13 +72,20 @@ class ArmPrices:
         return {k: self._price(k, self.seconds[k]) for k in self.arms if k in self.seconds}
 
     def optimistic(
-        self, predicted: dict[Arm, float], floor: CostFloor | None = None, drafting: str = ""
+        self,
+        predicted: dict[Arm, float],
+        floor: CostFloor | None = None,
+        drafting: str = "",
+        standing: Arm | None = None,
     ) -> dict[Arm, float]:
         """An upper bound on the reward of every arm that can be priced. `drafting` is the
         leading drafter (the decision's, or the best measured one's when the decision is off):
         its own arms share one acceptance curve, whose error moves them together, and they are
         bounded as they are measured; another drafter's curve is an independent estimate, and
-        its arms are bounded with what that drafter may yet keep."""
+        its arms are bounded with what that drafter may yet keep. `standing` (the decision)
+        stands for the leading drafter against the others, so it is bounded with what its own
+        drafter may yet keep where another drafter is priced: otherwise a rival's hope, which
+        never falls below a few percent, outbids a decision that is never run again."""
         # Unmeasured arms are bounded from the measured arms' figures; on a noisy machine from
         # each one's best case, as its own upper bound prices it (less its error and the stall a
         # few steps may hold), so that one stalled step does not price out the arms beyond it.
@@ -88,8 +95,10 @@ class ArmPrices:
         }
         costs = OptimisticCosts(best_case, floor)
         bounds = {}
+        rivals = any(k.k and k.method != drafting for k in self.arms)
         for k in self.arms:
-            hope = self.hoped[k] / self.tokens[k] if k.method != drafting else 1.0
+            own_curve = k.method == drafting and not (rivals and k == standing)
+            hope = 1.0 if own_curve else self.hoped[k] / self.tokens[k]
             if k in predicted:
                 bounds[k] = predicted[k] * hope * (1 + self._upper_error(k))
                 if noisy and samples_of(self.times.get(k)) < 2:

@@ -18,6 +18,9 @@ Exploration is an upper-confidence rule of our own, over bounds that hold on a s
   Unmeasured arms are tried nearest the decision first: goodput over one drafter's K is
   single-peaked in the roofline, and each neighbour measured tightens the bound on the arms
   beyond it; another drafter at the decision's K counts as one step away.
+- With several drafters, each drafter's acceptance is uncertain on its own: another drafter's
+  arms are bounded with what it may yet keep, and so is the decision, which stands for its own
+  drafter against them (its other K share its curve and are bounded as measured).
 - Candidates are re-pruned (pruning.py) when a dwell ends or the fleet's evidence changes.
 - The next step runs the candidate with the highest upper bound (the decision on a tie); a
   well-measured arm is then held for `dwell` steps. Decisions are made among measured arms
@@ -128,7 +131,8 @@ class Cell:
         predicted = prices.predicted()
         if self._dwell_left == 0 or self._fleet_changed or not self.candidates:
             neighbourhood = around() if around is not None else Neighbourhood()
-            self._upper = prices.optimistic(predicted, neighbourhood.floor, _leading(self.decided, predicted))
+            leading = _leading(self.decided, predicted)
+            self._upper = prices.optimistic(predicted, neighbourhood.floor, leading, self.decided)
             lowers = {j: prices.lower(j, predicted) for j in predicted}
             pruned = prune(
                 self._upper,

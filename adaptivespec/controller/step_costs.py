@@ -9,7 +9,9 @@ kernels are not perfectly convex: on the CPU a 2-token verify can cost more than
 one); beyond a single measured arm, at half a prior slope per draft token (a draft token is
 never free: it costs at least a draft pass and a verified column); and below the smallest
 measured arm it shrinks at most with the tokens verified per row (K + 1). Speculation off
-(`OFF`) is on every drafter's chain; one drafter's arms bound nothing of another's.
+(`OFF`) is on every drafter's chain; one drafter's arms bound nothing of another's, except
+that a drafting step costs at least a plain one: a drafter with nothing measured on its chain
+is bounded by OFF's bound, so it can be priced (and tried) before OFF itself is measured.
 Bounded exploration then rarely skips an arm that could win, and stops trying costly ones.
 """
 
@@ -70,6 +72,8 @@ class OptimisticCosts:
         if measured is not None:
             return measured
         own = self._chain(arm.method).seconds(arm.k) if arm.k else self._off()
+        if own is None and arm.k:
+            own = self._off()  # a drafter nothing bounds yet: its steps cost at least a plain one
         elsewhere = self._floor(arm) if self._floor is not None else None
         if own is None or elsewhere is None:
             return own if elsewhere is None else elsewhere

@@ -77,3 +77,26 @@ def test_another_drafters_arms_draw_no_line_and_bound_nothing() -> None:
     assert bounds[arm("draft", 4)] < tokens[arm("draft", 4)] / 0.014
     # OFF was never measured: the lowest bound either chain gives it (lookup's: 11 ms / 2).
     assert bounds[arm("", 0)] > 1.0 / 0.011
+
+
+def test_the_decision_carries_its_drafters_hope_against_another_drafter_only() -> None:
+    """A draft model decided on a few rows (it may yet keep 15% more) against prompt lookup
+    measured on many (2% more): with a rival priced, the decision's bound takes its own hope,
+    so the rival's never outbids it for good; the decision's other K do not (they share its
+    curve), and with one drafter alone nothing changes."""
+    model = {arm("draft", k): _stat(0.020, 20) for k in (1, 2)}
+    lookup = {arm("ngram", 2): _stat(0.020, 20)}
+    arms = (*model, *lookup)
+    tokens = {a: 2.0 for a in arms}
+    hoped = {a: 2.3 if a.method == "draft" else 2.04 for a in arms}
+    prices = ArmPrices.of(arms, model | lookup, tokens, scale=1.0, window=19.0, tail=0.1, hoped=hoped)
+    predicted = prices.predicted()
+    plain = prices.optimistic(predicted, None, "draft")
+    standing = prices.optimistic(predicted, None, "draft", arm("draft", 2))
+    assert standing[arm("draft", 2)] == pytest.approx(plain[arm("draft", 2)] * 2.3 / 2.0)
+    assert standing[arm("draft", 2)] > standing[arm("ngram", 2)] > plain[arm("draft", 2)]
+    assert standing[arm("draft", 1)] == plain[arm("draft", 1)]
+    alone = ArmPrices.of(tuple(model), model, tokens, scale=1.0, window=19.0, tail=0.1, hoped=hoped)
+    assert alone.optimistic(alone.predicted(), None, "draft", arm("draft", 2)) == alone.optimistic(
+        alone.predicted(), None, "draft"
+    )

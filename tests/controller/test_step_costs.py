@@ -23,6 +23,16 @@ def test_a_stalled_smaller_arm_does_not_price_out_the_arms_beyond_it() -> None:
     assert costs.seconds(arm("suffix", 4)) == pytest.approx(0.040 * (1 + 4 * 0.05))  # from off
 
 
+def test_a_drafter_never_run_is_bounded_by_a_plain_step_before_off_is_measured() -> None:
+    """Only prompt lookup measured (K = 1 and 2), not OFF: a suffix arm costs at least a plain
+    step, which the measured arms bound (K = 1's time over the 2 tokens it verified). Without
+    that bound the suffix arms could not be priced, and every prompt-lookup arm went first."""
+    costs = OptimisticCosts({arm("ngram", 1): 0.012, arm("ngram", 2): 0.013})
+    assert costs.seconds(OFF) == pytest.approx(0.012 / 2)
+    assert costs.seconds(arm("suffix", 4)) == pytest.approx(0.012 / 2)
+    assert OptimisticCosts({}).seconds(arm("suffix", 4)) is None  # nothing measured: nothing bounds it
+
+
 def test_a_smaller_batch_bounds_the_relative_cost_of_drafting_here() -> None:
     def stats(seconds: dict[Arm, float]) -> dict[Arm, Summary]:
         return {a: EWStat(mean=t, count=5) for a, t in seconds.items()}
