@@ -30,10 +30,10 @@ def _prompts(args: argparse.Namespace) -> list[str]:
 
 
 async def generate(args: argparse.Namespace) -> list[tuple[str, Completion]]:
-    from adaptivespec.controller.policy import FixedK
     from adaptivespec.engine.engine import Engine, compute_thread
     from adaptivespec.engine.loader import load_runner
     from adaptivespec.engine.sampling import SamplingParams
+    from adaptivespec.engine.static_policy import FixedK
 
     prompts = _prompts(args)
     params = SamplingParams(

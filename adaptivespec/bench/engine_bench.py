@@ -31,7 +31,6 @@ import torch
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.steps import compare_with_dynamic_cache, prompt_windows
 from adaptivespec.config import DEMO_MODEL, LINEAR_CHOICES, OVERLAP_CHOICES, EngineConfig, ModelConfig
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.demo_models import held_out_documents
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.hf_runner import HFRunner
@@ -39,6 +38,7 @@ from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.packed_linear import packed_layers, torch_linears
 from adaptivespec.engine.proposers import DraftModelProposer
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK
 
 
 @dataclass(frozen=True, slots=True)

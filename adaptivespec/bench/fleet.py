@@ -57,8 +57,8 @@ from adaptivespec.bench.oracle import ORACLE_ARMS, Oracle, oracle_from_sweep
 from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.fleet import Tally
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.controller.sync_cadence import SyncCadence
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs
 from adaptivespec.sim.loop import PhaseResult, SimLoop

@@ -17,7 +17,7 @@ from adaptivespec.bench.interleaved import Contender
 from adaptivespec.bench.oracle import ORACLE_ARMS, baseline_policies
 from adaptivespec.controller.arms import Arm, arm_space
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.store.repository import Store
 
 

@@ -16,8 +16,8 @@ import numpy as np
 from adaptivespec.controller.buckets import BATCH_BUCKETS, batch_bucket
 from adaptivespec.controller.buckets import crossover as keys_crossover
 from adaptivespec.controller.learning_settings import ARMS
-from adaptivespec.controller.policy import FixedK, StaticTable
 from adaptivespec.engine.spec_policy import SpecPolicy
+from adaptivespec.engine.static_policy import FixedK, StaticTable
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.sim.loop import PhaseResult, weighted_percentile
 

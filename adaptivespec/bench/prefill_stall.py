@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 
 from adaptivespec.bench.traffic import percentile_ms
 from adaptivespec.config import EngineConfig
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.request_stream import RequestStream
 from adaptivespec.engine.runner import Runner
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.engine.tokenizer import Tokenizer
 
 STREAM_PROMPT = 64  # tokens per decoding stream's prompt

@@ -16,13 +16,13 @@ from adaptivespec.bench.traffic import Request, Served
 from adaptivespec.config import EngineConfig
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.learning_settings import LearningSettings
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.controller.task import run_controller
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels
 from adaptivespec.engine.packed_linear import torch_linears
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.spec_policy import SpecPolicy
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.engine.telemetry import Subscription
 
 Serve = Callable[[list[Request]], Coroutine[Any, Any, list[Served]]]

@@ -17,6 +17,7 @@ from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK
 
 ROWS = 32  # rows decoding at once (the size measured against generate: docs/decisions.md)
 SAMPLED_TEMPERATURE, SAMPLED_TOP_P = 0.8, 0.95
@@ -51,16 +52,6 @@ def sampling(index: int, new_tokens: int, seed: int) -> SamplingParams:
     )
 
 
-class NoDrafting:
-    """The engine's speculation policy here: K = 0 at every step, so the text is the target's."""
-
-    def k_for(self, batch_size: int, context_len: int) -> int:
-        return 0
-
-    def method_for(self, batch_size: int, context_len: int) -> str | None:
-        return None
-
-
 class ContinuationWriter:
     """One loaded engine that writes continuations for successive groups of prompts."""
 
@@ -78,7 +69,7 @@ class ContinuationWriter:
 
     async def _run(self, prompts: list[Sequence[int]], params: list[SamplingParams]) -> list[list[int]]:
         compute = compute_thread()
-        engine = Engine(self.loaded.runner, self.loaded.tokenizer, NoDrafting(), self.config, compute=compute)
+        engine = Engine(self.loaded.runner, self.loaded.tokenizer, FixedK(0), self.config, compute=compute)
         await engine.start()
         try:
             requests = (engine.generate(p, q) for p, q in zip(prompts, params, strict=True))

@@ -7,7 +7,7 @@ import pytest
 
 from adaptivespec.bench.hf_control import PooledOracle, cross_fitted_oracle
 from adaptivespec.bench.interleaved import Contender, Measurement
-from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.sim.loop import PhaseResult
 
 ARMS = (Contender("k0", FixedK(0)), Contender("k1", FixedK(1)))

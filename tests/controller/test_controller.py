@@ -13,7 +13,7 @@ from adaptivespec.controller.buckets import batch_bucket, context_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.overrides import Override
-from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs

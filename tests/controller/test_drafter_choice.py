@@ -7,7 +7,7 @@ import statistics
 
 from adaptivespec.controller.arms import OFF, arm, arm_space, distance
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.static_policy import FixedK
 
 from .noisy_machine import Machine, Run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from adaptivespec.controller.controller import Controller
-from adaptivespec.controller.policy import FixedK
+from adaptivespec.engine.static_policy import FixedK
 
 from .noisy_machine import Machine, Run
 

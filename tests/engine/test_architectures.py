@@ -28,12 +28,12 @@ from transformers import (
 )
 
 from adaptivespec.config import EngineConfig, ModelConfig
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.attention import FULL, AttentionSpec
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK
 
 from ..conftest import TEST_DEVICE, TinyPair
 

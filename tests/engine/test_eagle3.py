@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from adaptivespec.config import EngineConfig, ModelConfig
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.spec_policy import SpecPolicy
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
 

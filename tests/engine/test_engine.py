@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.sequence import TokenEvent
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.errors import EngineStoppedError, InvalidRequestError, ModelLoadError, QueueFullError
 
 from ..conftest import TEST_DEVICE, TinyPair, engine_config

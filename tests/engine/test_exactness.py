@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from adaptivespec.config import EngineConfig
-from adaptivespec.controller.policy import FixedK, StaticTable
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK, StaticTable
 
 from ..conftest import TinyPair, engine_config
 

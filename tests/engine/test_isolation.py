@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput, Runner
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.errors import InvalidRequestError
 
 from ..conftest import TinyPair, engine_config

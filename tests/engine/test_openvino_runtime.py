@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from adaptivespec.config import EngineConfig, ModelConfig
-from adaptivespec.controller.policy import FixedK, StaticTable
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.openvino_export import openvino_available
 from adaptivespec.engine.openvino_target import BlockTable
 from adaptivespec.engine.records import Completion
+from adaptivespec.engine.static_policy import FixedK, StaticTable
 from adaptivespec.errors import ConfigError
 
 from ..conftest import TinyPair, engine_config

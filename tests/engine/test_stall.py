@@ -10,11 +10,11 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels
 from adaptivespec.engine.runner import DecodeOutput, Runner
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.server.systemd import Notifier
 
 from ..conftest import TinyPair, engine_config, wait_until

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from adaptivespec.config import EngineConfig, SuffixSettings
-from adaptivespec.controller.policy import FixedK, StaticTable
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK, StaticTable
 from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
 
 from ..conftest import TinyPair, engine_config

@@ -12,13 +12,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from adaptivespec.config import EngineConfig, ModelConfig
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.detokenizer import Detokenizer
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.sequence import Sequence
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.engine.tokenizer import ByteTokenizer
 from adaptivespec.errors import InvalidRequestError

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from adaptivespec.config import EngineConfig
-from adaptivespec.controller.policy import FixedK
 from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.engine.tokenizer import ByteTokenizer
 from adaptivespec.errors import ConfigError
 from adaptivespec.sim import specs

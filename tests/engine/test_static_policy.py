@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaptivespec.controller.policy import FixedK, StaticTable
+from adaptivespec.engine.static_policy import FixedK, StaticTable
 from adaptivespec.errors import ConfigError
 
 
