@@ -92,9 +92,9 @@ def train_draft(
     began = time.perf_counter()
     text = None if data.text is None else data.text.read_text(encoding="utf-8")
     prompts = training_prompts(tokenizer, data.prompts, data.seed, text=text)
-    engine = Continuations(target_name, threads, max(len(p) for p in prompts), data.new_tokens)
+    continuations = Continuations(target_name, threads, max(len(p) for p in prompts), data.new_tokens)
     teacher = Teacher(target, spec.aux_layers or (), bf16=fit.bf16)
-    shards = _teach(teacher, engine, prompts, data, work, progress=progress)
+    shards = _teach(teacher, continuations, prompts, data, work, progress=progress)
     ids = _vocabulary(shards, spec, vocab, work)
     head = new_head(spec, target, ids, data.seed)
     trainer = HeadTrainer(head, target.get_input_embeddings(), fit)
@@ -112,7 +112,7 @@ def train_draft(
 
 def _teach(
     teacher: Teacher,
-    engine: Continuations,
+    continuations: Continuations,
     prompts: list[list[int]],
     data: DataSettings,
     work: Path,
@@ -134,7 +134,7 @@ def _teach(
         paths = [work / f"shard-{g:04d}-{j}.pt" for j in range(-(-len(group) // data.batch))]
         if not all(path.exists() for path in paths):
             if writer is None:  # a resumed run with every shard made never loads the engine
-                writer = ContinuationWriter(engine, progress=False)
+                writer = ContinuationWriter(continuations, progress=False)
             sequences = writer.write(group, first_index=g * per_group, seed=data.seed)
             with torch.inference_mode():
                 for j, path in enumerate(paths):
