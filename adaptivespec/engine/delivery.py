@@ -43,7 +43,7 @@ class Delivery:
         self.totals.overlapped_steps += overlapped
         self.totals.steps_with_prompts += with_prompts
         if timed:
-            self._pacer.decoded(out.step_seconds)
+            self._pacer.decoded(out.step_seconds, len(batch))
         kept = 0
         for sequence, tokens, drafted, accepted in zip(
             batch, out.tokens, out.drafted, out.accepted, strict=True

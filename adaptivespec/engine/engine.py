@@ -231,6 +231,7 @@ class Engine:
         fused = bool(batch) and self._fuses(len(batch), context)
         admission = self.scheduler.admit(self.pacer.budget(len(batch), waiting, fused=fused))
         await self._move(moves)
+        await self._move(admission.moves)  # after compaction's: they start from where it left rows
         if not admission.chunks:
             return False
         items = [

@@ -14,7 +14,10 @@ typical length, and the bar is the p99 at twice the steady gap.
 
 That share is sized for a full house, STALL_STREAMS decoding. With fewer streams decoding the
 pacer allows the same stall in stream-seconds, shared among fewer streams: each of them waits
-longer for that step, and the prompt reaches its first token in fewer steps. Chunking never
+longer for that step, and the prompt reaches its first token in fewer steps. The full house's
+step is read off a line through the step times measured at each batch size (`StepTimes`):
+a few streams step faster than a full house, and sizing their stall by their own step would
+chunk a light load's prompts about twice as finely as the stream-seconds allow. Chunking never
 saves the streams any stall in total (a prompt's tokens cost the same in one chunk or many);
 it only spreads the stall, which matters most when many streams share it, while every extra
 chunk adds a whole step to the prompt's time to first token.
@@ -55,13 +58,18 @@ class PrefillCost:
 
     def line(self) -> tuple[float, float] | None:
         """(fixed, per_token), or None while recent prefills were too alike in size to tell the
-        fixed part from the part per token."""
+        fixed part from the part per token.
+
+        A chunk's tokens cost more the further into its prompt they sit (they attend to all
+        before them), so big late chunks can tilt the line below zero at the origin. The fixed
+        part is then taken as 0: the line through the origin at the fitted slope lies above
+        the fitted one, so it never lets a step take more than the fit says fits."""
         spread = self.n * self.xx - self.x**2
         if spread <= 0.01 * self.n * self.xx:  # sizes within about 10% of each other
             return None
         per_token = (self.n * self.xy - self.x * self.y) / spread
         fixed = (self.y - per_token * self.x) / self.n
-        return (fixed, per_token) if per_token > 0 and fixed >= 0 else None
+        return (max(fixed, 0.0), per_token) if per_token > 0 else None
 
     def tokens_within(self, seconds: float) -> int:
         """Without a line, cost is taken as proportional to the size seen. Above that size this
@@ -76,12 +84,38 @@ class PrefillCost:
 
 
 @dataclass(slots=True)
+class StepTimes:
+    """A decode step's seconds per batch size (recent steps weigh most), and the line through
+    them, each size seen weighing alike: what a batch not seen yet would take."""
+
+    by_batch: dict[int, float] = field(default_factory=dict)
+
+    def add(self, batch: int, seconds: float) -> None:
+        current = self.by_batch.get(batch)
+        self.by_batch[batch] = seconds if current is None else MEMORY * current + (1 - MEMORY) * seconds
+
+    def at(self, batch: int) -> float | None:
+        """The line's step at `batch`; None before two sizes are seen or if it does not rise."""
+        if len(self.by_batch) < 2:
+            return None
+        n = len(self.by_batch)
+        mean_b = sum(self.by_batch) / n
+        mean_t = sum(self.by_batch.values()) / n
+        spread = sum((b - mean_b) ** 2 for b in self.by_batch)
+        slope = sum((b - mean_b) * (t - mean_t) for b, t in self.by_batch.items()) / spread
+        if slope <= 0:
+            return None
+        return max(mean_t + slope * (batch - mean_b), 0.0) or None
+
+
+@dataclass(slots=True)
 class PrefillPacer:
     ceiling: int  # max_prefill_tokens: the most one step may prefill
     fixed: int = 0  # > 0: this many tokens per step while streams decode, unmeasured
     cost: PrefillCost = field(default_factory=PrefillCost)  # a prefill forward of its own
     beside_step: PrefillCost = field(default_factory=PrefillCost)  # what chunks add to a decode step
-    step_seconds: float | None = None
+    step_seconds: float | None = None  # recent decode steps, whatever their batch
+    steps: StepTimes = field(default_factory=StepTimes)
 
     def budget(self, decoding: int, waiting: int, fused: bool = False) -> int:
         """Prompt tokens for this step while `decoding` streams decode; `waiting` counts the
@@ -95,8 +129,19 @@ class PrefillPacer:
         if not cost.measured or self.step_seconds is None:
             return min(FIRST_CHUNK, self.ceiling)
         shares = max(1, waiting) * max(1.0, STALL_STREAMS / decoding)
-        tokens = cost.tokens_within(PACE * shares * self.step_seconds)
+        tokens = cost.tokens_within(PACE * shares * self._full_house_step(self.step_seconds, decoding))
         return max(SMALLEST_CHUNK, min(tokens, self.ceiling))
+
+    def _full_house_step(self, recent: float, decoding: int) -> float:
+        """A decode step of STALL_STREAMS streams, as the step times by batch imply; never less
+        than the recent steps' time, nor more than it scaled by the streams (a step with no
+        fixed part: the most a line through the origin's right side allows)."""
+        if decoding >= STALL_STREAMS:
+            return recent
+        full = self.steps.at(STALL_STREAMS)
+        if full is None:
+            return recent
+        return min(max(full, recent), recent * STALL_STREAMS / decoding)
 
     def prefilled(self, tokens: int, seconds: float) -> None:
         """Every prefill is fitted, those fed while nothing decoded too: a burst that arrives at
@@ -111,7 +156,9 @@ class PrefillPacer:
         if tokens > 0 and self.step_seconds is not None:
             self.beside_step.add(tokens, max(seconds - self.step_seconds, MIN_ADDED_SECONDS))
 
-    def decoded(self, step_seconds: float) -> None:
+    def decoded(self, step_seconds: float, batch: int) -> None:
+        """A decode step alone, of `batch` streams, took `step_seconds`."""
+        self.steps.add(batch, step_seconds)
         current = self.step_seconds
         self.step_seconds = (
             step_seconds if current is None else MEMORY * current + (1 - MEMORY) * step_seconds

@@ -4,12 +4,15 @@ Running sequences always occupy rows [0, B). When some leave, survivors from the
 into the holes (disjoint destination rows; the runner copies in one go, reading before it
 writes). A prompt longer than a step's prefill budget is fed in chunks over several steps;
 meanwhile it holds row B, outside the decoding batch, and decodes once its last chunk is in.
+Prompts queued behind it that fit whole in the step's budget, less a least chunk for it, go
+in first (the part-way prompt moves up a row for each): a short prompt does not wait out a
+long one's chunks, which costs the long one only the short one's tokens.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from adaptivespec.engine.sequence import Sequence, Status
 from adaptivespec.errors import QueueFullError
@@ -21,8 +24,9 @@ class RowMoves:
     dsts: list[int]
 
 
-# The smallest chunk that starts a prompt behind others in the same step; fewer tokens than
-# this would buy a whole extra step of prefill for almost nothing.
+# The smallest chunk that starts a prompt behind others in the same step (fewer tokens would
+# buy a whole extra step of prefill for almost nothing), and the least a part-way prompt keeps
+# of a step's budget when shorter ones overtake it.
 MIN_CHUNK = 16
 
 
@@ -41,6 +45,8 @@ class PromptChunk:
 class Admission:
     row_start: int
     chunks: list[PromptChunk]  # rows row_start, row_start + 1, ...; only the last may not complete
+    # Applied before the chunks are fed: the part-way prompt moving up past prompts that overtake it.
+    moves: RowMoves = field(default_factory=lambda: RowMoves([], []))
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -107,15 +113,26 @@ class Scheduler:
         """Feeds prompts into free rows, first come first served, within `budget` prompt tokens.
 
         The prompt that overflows the budget is fed as far as the budget allows and continues
-        next step; no one behind it is admitted before it completes. `budget` is capped by
-        max_prefill_tokens, which bounds a prefill's activations.
+        next step. While it does, the prompts queued behind it that fit whole in the budget, less
+        a least chunk for it (MIN_CHUNK, or half a smaller budget), are fed first, in their
+        order, and it takes the rest: a prompt that can complete goes before one that cannot,
+        which lowers the time to first token summed over the prompts, and the long one still
+        advances every step. `budget` is capped by max_prefill_tokens, which bounds a prefill's
+        activations.
         """
         left = self.max_prefill_tokens if budget is None else max(1, min(budget, self.max_prefill_tokens))
         row_start = len(self.running)
-        chunks: list[PromptChunk] = []
+        chunks = self._overtakers(left, row_start)
+        left -= sum(c.end - c.start for c in chunks)
+        moves = RowMoves([], [])
+        partial = self.partial
+        if chunks and partial is not None:  # it moves up past them, into the row after theirs
+            moves = RowMoves([partial.slot], [row_start + len(chunks)])
+            partial.slot = row_start + len(chunks)
         while row_start + len(chunks) < self.max_batch:
             sequence = self._next_prompt()
-            if sequence is None or (chunks and left < min(MIN_CHUNK, self._remaining(sequence))):
+            starts = sequence is not None and sequence is not self.partial
+            if sequence is None or (chunks and starts and left < min(MIN_CHUNK, self._remaining(sequence))):
                 break
             start = sequence.prefilled
             end = min(len(sequence.prompt_ids), start + left)
@@ -123,9 +140,27 @@ class Scheduler:
             chunks.append(self._place(sequence, start, end, row_start + len(chunks)))
             if end < len(sequence.prompt_ids):
                 break
-        admission = Admission(row_start, chunks)
+        admission = Admission(row_start, chunks, moves)
         self.running.extend(admission.sequences)
         return admission
+
+    def _overtakers(self, budget: int, row_start: int) -> list[PromptChunk]:
+        """Queued prompts fed whole ahead of a part-way prompt that cannot complete in `budget`:
+        from the head of the queue, while each fits in what the part-way prompt's least chunk
+        leaves and a row remains for it after them."""
+        partial = self._live_partial()
+        if partial is None or self._remaining(partial) <= budget:
+            return []
+        spare = budget - min(MIN_CHUNK, -(-budget // 2))
+        chunks: list[PromptChunk] = []
+        self._drop_aborted()
+        while self.waiting and row_start + len(chunks) + 1 < self.max_batch:
+            length = len(self.waiting[0].prompt_ids)
+            if length > spare:
+                break
+            spare -= length
+            chunks.append(self._place(self.waiting[0], 0, length, row_start + len(chunks)))
+        return chunks
 
     def _next_prompt(self) -> Sequence | None:
         """The partial prompt if there is one, else the first live request in the queue."""
@@ -142,7 +177,10 @@ class Scheduler:
             sequence.status = Status.RUNNING
         sequence.prefilled = end
         chunk = PromptChunk(sequence, start, end)
-        self.partial = None if chunk.completes else sequence
+        if not chunk.completes:
+            self.partial = sequence
+        elif sequence is self.partial:
+            self.partial = None
         return chunk
 
     @staticmethod

@@ -24,9 +24,10 @@ PROMPTS = [
     "import os\nimport sys\nprint(",
     "def add(a, b):\n    return a + b\ndef add(a, b):\n",
     "print(i)\nprint(i)\nprint(",
-    "self.x = x\n        self.y",
-    "x",
+    # A long prompt, then a short one that overtakes it while it goes in in chunks.
     "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
+    "x",
+    "self.x = x\n        self.y",
 ]
 GREEDY = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
 
@@ -36,7 +37,7 @@ async def _run(
     proposer: str,
     policy: FixedK | StaticTable,
     staggered: bool,
-    prefills: list[PrefillItem] | None = None,
+    prefills: list[list[PrefillItem]] | None = None,
     **limits: int,
 ) -> list[Completion]:
     config = engine_config(pair, proposer, **limits)
@@ -45,7 +46,7 @@ async def _run(
         prefill = loaded.runner.prefill
 
         def recording(row_start: int, items: list[PrefillItem]) -> PrefillOutput:
-            prefills.extend(items)
+            prefills.append(list(items))
             return prefill(row_start, items)
 
         loaded.runner.prefill = recording  # type: ignore[method-assign]
@@ -125,13 +126,17 @@ def test_prompts_fed_in_chunks_between_decode_steps_stay_exact(
     tiny_pair: TinyPair, baseline: list[Completion], proposer: str
 ) -> None:
     """Later groups arrive while the first decodes, so their prompts go in 5 tokens a step,
-    into both the target's and the draft's caches, and the first token comes after the last."""
-    prefills: list[PrefillItem] = []
-    outputs = asyncio.run(_run(tiny_pair, proposer, FixedK(2), True, prefills, prefill_chunk_tokens=5))
+    into both the target's and the draft's caches, and the first token comes after the last.
+    A short prompt queued behind a long one goes in ahead of it, and the long one moves up a
+    row with what it has prefilled so far."""
+    calls: list[list[PrefillItem]] = []
+    outputs = asyncio.run(_run(tiny_pair, proposer, FixedK(2), True, calls, prefill_chunk_tokens=5))
     for plain, chunked in zip(baseline, outputs, strict=True):
         assert chunked.token_ids == plain.token_ids
+    prefills = [item for call in calls for item in call]
     assert any(not item.completes for item in prefills), "no prompt was split"
     assert any(item.start > 0 and item.completes for item in prefills), "no prompt was finished in pieces"
+    assert any(_overtaken(call) for call in calls), "no prompt went in ahead of a part-way one"
 
 
 @pytest.mark.parametrize("proposer", ["draft", "ngram"])
@@ -141,18 +146,28 @@ def test_prompts_fed_into_plain_steps_stay_exact(
     """At K = 0 the later groups' chunks go into the decode step's own forward (segments.py),
     and the draft's cache is filled beside it for the steps that speculate later."""
     fused: list[PrefillItem] = []
+    overtaken: list[bool] = []
     config = engine_config(tiny_pair, proposer, prefill_chunk_tokens=5)
     loaded = load_runner(config, progress=False)
     together = loaded.runner.decode_with_prompts
 
     def recording(batch: int, items: list[PrefillItem]) -> tuple[DecodeOutput, PrefillOutput]:
         fused.extend(items)
+        overtaken.append(_overtaken(items))
         return together(batch, items)
 
     loaded.runner.decode_with_prompts = recording  # type: ignore[method-assign]
-    flapping = StaticTable.parse([(1, 3, 0), (4, 6, 2), (7, 9, 0)], default_k=0)
+    # Speculating while the second group goes in, plain while the third does (a long prompt
+    # overtaken by a short one), speculating again once all have joined.
+    flapping = StaticTable.parse([(1, 3, 2), (4, 6, 0), (7, 9, 2)], default_k=0)
     outputs = asyncio.run(_serve(loaded, config, flapping))
     for plain, mixed in zip(baseline, outputs, strict=True):
         assert mixed.token_ids == plain.token_ids
     assert any(not item.completes for item in fused), "no chunk went into a decode step"
     assert any(item.start > 0 and item.completes for item in fused), "no prompt was finished in a decode step"
+    assert any(overtaken), "no prompt went into a decode step ahead of a part-way one"
+
+
+def _overtaken(items: list[PrefillItem]) -> bool:
+    """A prompt fed whole in the rows before a prompt that continues part-way."""
+    return any(a.start == 0 and a.completes and b.start > 0 for a, b in zip(items, items[1:], strict=False))

@@ -23,11 +23,11 @@ def test_a_step_prefills_what_fits_in_its_share_of_a_decode_step() -> None:
     pacer = PrefillPacer(ceiling=512)
     assert pacer.budget(decoding=0, waiting=3) == 512  # nothing to protect
     assert pacer.budget(decoding=FULL, waiting=1) == FIRST_CHUNK  # nothing measured yet
-    pacer.decoded(0.200)
+    pacer.decoded(0.200, FULL)
     _fed(pacer, [FIRST_CHUNK], fixed=0.05, per_token=0.002)  # one size seen, and it fits 20 shares
     assert pacer.budget(decoding=FULL, waiting=20) > FIRST_CHUNK  # so bigger chunks are tried
     _fed(pacer, [16, 64, 32, 128, 48, 96], fixed=0.05, per_token=0.002)  # 50 ms of weights, 2 ms a token
-    pacer.decoded(0.200)
+    pacer.decoded(0.200, FULL)
     fixed, per_token = pacer.cost.line()
     assert fixed == pytest.approx(0.05) and per_token == pytest.approx(0.002)
     assert abs(pacer.budget(decoding=FULL, waiting=1) - (PACE * 0.200 - 0.05) / 0.002) <= 1  # 35 tokens
@@ -42,12 +42,26 @@ def test_until_two_sizes_are_seen_only_a_size_known_to_fit_is_trusted() -> None:
         cost.add(512, 1.0)  # a burst fed big chunks; a step's share is now much smaller
     assert cost.line() is None
     pacer = PrefillPacer(ceiling=512, cost=cost)
-    pacer.decoded(0.130)
+    pacer.decoded(0.130, FULL)
     assert pacer.budget(decoding=FULL, waiting=1) == SMALLEST_CHUNK  # a probe, not 512 / 1 s * 91 ms
     assert pacer.budget(decoding=FULL, waiting=20) == 512  # 20 shares of 91 ms: 512 tokens fit
     _fed(pacer, [SMALLEST_CHUNK], fixed=0.06, per_token=0.0018)
     line = pacer.cost.line()
     assert line is not None and line[1] > 0  # the probe gave the fit its second size
+
+
+def test_a_cost_that_grows_faster_than_the_tokens_still_paces_by_its_slope() -> None:
+    """Late chunks of a long prompt attend to more columns, so cost is convex in the tokens and
+    the fitted line crosses zero above the origin: the pacer keeps the slope, not the floor."""
+    pacer = PrefillPacer(ceiling=512)
+    pacer.decoded(0.035, FULL)
+    for tokens, seconds in ((162, 0.26), (327, 0.58), (235, 0.46), (182, 0.31)):
+        pacer.prefilled_beside_step(tokens, 0.035 + seconds)
+    fixed, per_token = pacer.beside_step.line()
+    assert fixed == 0.0 and per_token > 0
+    budget = pacer.budget(decoding=5, waiting=1, fused=True)
+    shares = STALL_STREAMS / 5
+    assert SMALLEST_CHUNK < budget <= PACE * shares * 0.035 / per_token + 1  # not a 16-token probe
 
 
 def test_a_fixed_chunk_is_not_measured() -> None:
@@ -60,7 +74,7 @@ def test_a_burst_paces_its_second_wave_from_what_the_first_cost() -> None:
     blind, learned = PrefillPacer(ceiling=512), PrefillPacer(ceiling=512)
     learned.prefilled(512, 0.25)  # 16 prompts of 32 tokens into an idle engine
     for pacer in (blind, learned):
-        pacer.decoded(0.036)  # then those 16 streams decode
+        pacer.decoded(0.036, 16)  # then those 16 streams decode
     assert blind.budget(decoding=FULL, waiting=16) == FIRST_CHUNK
     # 16 waiting prompts' shares are 0.40 s, and 512 tokens took 0.25 s: the rest goes in at once.
     assert learned.budget(decoding=FULL, waiting=16) == 512
@@ -69,7 +83,7 @@ def test_a_burst_paces_its_second_wave_from_what_the_first_cost() -> None:
 
 def test_chunks_inside_a_decode_step_are_paced_by_what_they_add_to_it() -> None:
     pacer = PrefillPacer(ceiling=512)
-    pacer.decoded(0.100)
+    pacer.decoded(0.100, FULL)
     _fed(pacer, [16, 64, 128], fixed=0.05, per_token=0.002)  # forwards of their own
     alone = pacer.budget(decoding=FULL, waiting=1, fused=True)
     assert alone == FIRST_CHUNK  # nothing measured inside a step yet
@@ -84,7 +98,7 @@ def test_chunks_inside_a_decode_step_are_paced_by_what_they_add_to_it() -> None:
 
 def test_fewer_streams_share_the_same_stall_and_the_prompt_goes_in_sooner() -> None:
     pacer = PrefillPacer(ceiling=4096)
-    pacer.decoded(0.100)
+    pacer.decoded(0.100, FULL)
     _fed(pacer, [16, 64, 32, 128], fixed=0.0, per_token=0.001)
     full = pacer.budget(decoding=FULL, waiting=1)
     assert abs(full - PACE * 0.100 / 0.001) <= 1  # 60 tokens: 60 ms of stall for each of 32 streams
@@ -92,3 +106,35 @@ def test_fewer_streams_share_the_same_stall_and_the_prompt_goes_in_sooner() -> N
     assert abs(pacer.budget(decoding=FULL // 4, waiting=1) - 4 * full) <= 2
     assert pacer.budget(decoding=1, waiting=1) == pytest.approx(STALL_STREAMS * full, abs=STALL_STREAMS)
     assert pacer.budget(decoding=2 * FULL, waiting=1) == full  # more streams than that: PACE holds
+
+
+def test_a_light_load_is_allowed_the_stall_a_full_house_would_take_in_stream_seconds() -> None:
+    """Three streams step in 30 ms where 32 would take 86 ms: their share is sized by the full
+    house's step, read off the line through the batch sizes seen, not by their own."""
+    pacer = PrefillPacer(ceiling=4096)
+    for batch in (1, 2, 3, 4, 5, 6, 3):
+        pacer.decoded(0.024 + 0.002 * batch, batch)  # a line: 24 ms of weights, 2 ms a stream
+    _fed(pacer, [16, 64, 32, 128], fixed=0.0, per_token=0.001)
+    assert pacer.steps.at(FULL) == pytest.approx(0.024 + 0.002 * FULL)
+    shares = STALL_STREAMS / 3
+    full_house = PACE * shares * (0.024 + 0.002 * FULL) / 0.001
+    assert abs(pacer.budget(decoding=3, waiting=1) - full_house) <= 1  # 917 tokens, not ~350
+    assert pacer.budget(decoding=FULL, waiting=1) < full_house / shares + 1  # a full house: its own step
+    # One batch size alone says nothing of another: the recent steps' time, as before.
+    alone = PrefillPacer(ceiling=4096)
+    alone.decoded(0.030, 3)
+    _fed(alone, [16, 64, 32, 128], fixed=0.0, per_token=0.001)
+    assert abs(alone.budget(decoding=3, waiting=1) - PACE * shares * 0.030 / 0.001) <= 1
+
+
+def test_the_full_house_step_is_capped_by_the_streams() -> None:
+    """A line steeper than any step with a fixed part (noise, or a slow speculative step at one
+    size) does not size a stall beyond the recent step scaled by the streams."""
+    pacer = PrefillPacer(ceiling=100_000)
+    pacer.decoded(0.001, 1)
+    pacer.decoded(0.050, 2)
+    _fed(pacer, [16, 64, 32, 128], fixed=0.0, per_token=0.001)
+    recent = pacer.step_seconds
+    assert recent is not None
+    shares = STALL_STREAMS / 2
+    assert pacer.budget(decoding=2, waiting=1) <= PACE * shares * recent * shares / 0.001 + 1

@@ -62,20 +62,65 @@ def test_aborted_requests_do_not_hold_places_in_the_queue() -> None:
 
 def test_a_long_prompt_goes_in_chunks_and_holds_the_row_after_the_batch() -> None:
     scheduler = Scheduler(max_batch=4, max_queued=10, max_prefill_tokens=100)
-    decoding, long, short = _sequence(3), _sequence(50), _sequence(4)
-    for sequence in (decoding, long, short):
+    decoding, long = _sequence(3), _sequence(50)
+    for sequence in (decoding, long):
         scheduler.add(sequence)
     first = scheduler.admit(budget=20)
     assert [(c.sequence, c.start, c.end) for c in first.chunks] == [(decoding, 0, 3), (long, 0, 17)]
     assert scheduler.running == [decoding] and scheduler.partial is long and long.slot == 1
-    assert scheduler.prefill_backlog == (50 - 17) + 4 and scheduler.prompts_waiting == 2
-    second = scheduler.admit(budget=20)  # the partial continues; the short prompt waits behind it
+    assert scheduler.prefill_backlog == 50 - 17 and scheduler.prompts_waiting == 1
+    second = scheduler.admit(budget=20)  # alone, it takes the whole budget
     assert [(c.sequence, c.start, c.end) for c in second.chunks] == [(long, 17, 37)]
-    assert second.sequences == [] and list(scheduler.waiting) == [short]
-    third = scheduler.admit(budget=20)  # the long prompt completes, and the short one fits after it
-    assert [(c.sequence, c.start, c.end) for c in third.chunks] == [(long, 37, 50), (short, 0, 4)]
-    assert third.row_start == 1 and scheduler.running == [decoding, long, short]
+    assert second.sequences == [] and second.moves.srcs == []
+    third = scheduler.admit(budget=20)  # the long prompt completes
+    assert [(c.sequence, c.start, c.end) for c in third.chunks] == [(long, 37, 50)]
+    assert third.row_start == 1 and scheduler.running == [decoding, long]
     assert scheduler.partial is None
+
+
+def test_a_short_prompt_overtakes_a_chunked_one_which_still_advances() -> None:
+    """A prompt queued behind a long one that is fed in chunks goes in whole, ahead of it, when
+    it fits in the budget less the long one's least chunk; the long one moves up a row past it
+    and takes the rest of the budget."""
+    scheduler = Scheduler(max_batch=4, max_queued=10, max_prefill_tokens=100)
+    decoding, long, short, later = _sequence(3), _sequence(100), _sequence(20), _sequence(12)
+    for sequence in (decoding, long, short, later):
+        scheduler.add(sequence)
+    scheduler.admit(budget=20)  # decoding whole, then 17 tokens of the long prompt at row 1
+    # 30 tokens less the long one's least chunk (16) leave 14: too few for the short prompt.
+    assert [(c.sequence, c.start, c.end) for c in scheduler.admit(budget=30).chunks] == [(long, 17, 47)]
+    # 40 less 16 leave 24: the short prompt fits, the next (12 more) does not, so it waits its
+    # turn, and the long one takes 40 - 20.
+    second = scheduler.admit(budget=40)
+    assert [(c.sequence, c.start, c.end) for c in second.chunks] == [(short, 0, 20), (long, 47, 67)]
+    assert (second.moves.srcs, second.moves.dsts) == ([1], [2]) and long.slot == 2 and short.slot == 1
+    assert second.row_start == 1 and second.sequences == [short]
+    assert scheduler.running == [decoding, short] and scheduler.partial is long
+    assert list(scheduler.waiting) == [later]
+    third = scheduler.admit(budget=50)  # the long one completes and the next fits after it
+    assert [(c.sequence, c.start, c.end) for c in third.chunks] == [(long, 67, 100), (later, 0, 12)]
+    assert third.moves.srcs == [] and scheduler.running == [decoding, short, long, later]
+
+
+def test_a_small_budget_keeps_half_for_the_chunked_prompt() -> None:
+    scheduler = Scheduler(max_batch=4, max_queued=10, max_prefill_tokens=100)
+    long, one, two = _sequence(30), _sequence(1), _sequence(2)
+    for sequence in (long, one, two):
+        scheduler.add(sequence)
+    scheduler.admit(budget=5)
+    admission = scheduler.admit(budget=5)  # 5 less 3 leave 2: the first short prompt only
+    assert [(c.sequence, c.start, c.end) for c in admission.chunks] == [(one, 0, 1), (long, 5, 9)]
+
+
+def test_overtaking_leaves_the_chunked_prompt_a_row_inside_the_batch() -> None:
+    scheduler = Scheduler(max_batch=3, max_queued=10, max_prefill_tokens=100)
+    long, shorts = _sequence(60), [_sequence(2) for _ in range(3)]
+    for sequence in (long, *shorts):
+        scheduler.add(sequence)
+    scheduler.admit(budget=20)  # row 0: the long prompt, part-way
+    admission = scheduler.admit(budget=30)  # 3 rows: two short prompts, and the long one after them
+    assert [c.sequence for c in admission.chunks] == [shorts[0], shorts[1], long]
+    assert long.slot == 2 and list(scheduler.waiting) == [shorts[2]]
 
 
 def test_the_partial_row_follows_the_batch_down_and_is_dropped_when_aborted() -> None:
