@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 PACE = 0.6  # prefill seconds per step per waiting prompt, as a share of a decode step's seconds
 STALL_STREAMS = 32  # the streams decoding for which PACE holds; fewer share the same stall
 FIRST_CHUNK = 64  # before anything has been measured
@@ -98,14 +100,9 @@ class StepTimes:
         """The line's step at `batch`; None before two sizes are seen or if it does not rise."""
         if len(self.by_batch) < 2:
             return None
-        n = len(self.by_batch)
-        mean_b = sum(self.by_batch) / n
-        mean_t = sum(self.by_batch.values()) / n
-        spread = sum((b - mean_b) ** 2 for b in self.by_batch)
-        slope = sum((b - mean_b) * (t - mean_t) for b, t in self.by_batch.items()) / spread
-        if slope <= 0:
-            return None
-        return max(mean_t + slope * (batch - mean_b), 0.0) or None
+        slope, intercept = np.polyfit(list(self.by_batch), list(self.by_batch.values()), 1)
+        seconds = float(intercept + slope * batch)
+        return seconds if slope > 0 and seconds > 0 else None
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ long one's chunks, which costs the long one only the short one's tokens.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from adaptivespec.engine.sequence import Sequence, Status
 from adaptivespec.errors import QueueFullError
@@ -45,8 +45,7 @@ class PromptChunk:
 class Admission:
     row_start: int
     chunks: list[PromptChunk]  # rows row_start, row_start + 1, ...; only the last may not complete
-    # Applied before the chunks are fed: the part-way prompt moving up past prompts that overtake it.
-    moves: RowMoves = field(default_factory=lambda: RowMoves([], []))
+    moves: RowMoves  # applied before the chunks are fed: a part-way prompt moving up past overtakers
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -102,12 +101,9 @@ class Scheduler:
             dsts.append(hole)
             sequence.slot = hole
         self.running = sorted(survivors + movers, key=lambda s: s.slot)
-        partial = self._live_partial()
-        if partial is not None and partial.slot != len(self.running):  # it follows the batch down
-            srcs.append(partial.slot)
-            dsts.append(len(self.running))
-            partial.slot = len(self.running)
-        return RowMoves(srcs, dsts)
+        self._live_partial()
+        seat = self._seat_partial(len(self.running))  # it follows the batch down
+        return RowMoves(srcs + seat.srcs, dsts + seat.dsts)
 
     def admit(self, budget: int | None = None) -> Admission:
         """Feeds prompts into free rows, first come first served, within `budget` prompt tokens.
@@ -124,11 +120,7 @@ class Scheduler:
         row_start = len(self.running)
         chunks = self._overtakers(left, row_start)
         left -= sum(c.end - c.start for c in chunks)
-        moves = RowMoves([], [])
-        partial = self.partial
-        if chunks and partial is not None:  # it moves up past them, into the row after theirs
-            moves = RowMoves([partial.slot], [row_start + len(chunks)])
-            partial.slot = row_start + len(chunks)
+        moves = self._seat_partial(row_start + len(chunks))  # up past the overtakers, if any
         while row_start + len(chunks) < self.max_batch:
             sequence = self._next_prompt()
             starts = sequence is not None and sequence is not self.partial
@@ -161,6 +153,15 @@ class Scheduler:
             spare -= length
             chunks.append(self._place(self.waiting[0], 0, length, row_start + len(chunks)))
         return chunks
+
+    def _seat_partial(self, row: int) -> RowMoves:
+        """Moves the part-way prompt, if there is one, to `row`: the row after the batch and
+        after the prompts that complete ahead of it."""
+        partial = self.partial
+        if partial is None or partial.slot == row:
+            return RowMoves([], [])
+        src, partial.slot = partial.slot, row
+        return RowMoves([src], [row])
 
     def _next_prompt(self) -> Sequence | None:
         """The partial prompt if there is one, else the first live request in the queue."""
