@@ -27,7 +27,9 @@ def run_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    connectable = engine_from_config(config.get_section(config.config_ini_section) or {}, poolclass=pool.NullPool)
+    connectable = engine_from_config(
+        config.get_section(config.config_ini_section) or {}, poolclass=pool.NullPool
+    )
     with connectable.connect() as connection:
         _run(connection)
 

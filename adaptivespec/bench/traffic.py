@@ -159,6 +159,13 @@ class Summary:
     ttft_p99_ms: float
     itl_p50_ms: float
     itl_p99_ms: float
+    # Each stream's own decode speed: the median request's time per output token after its
+    # first. A client reads its stream's speed from this, whatever the pieces it came in; at a
+    # light load, where throughput only follows the arrivals, it is where speculation shows.
+    tpot_p50_ms: float
+    # Requests in the system on average, waiting or decoding (Little's law: their time in it
+    # over the run's): the batch an engine ran at, read alike from any engine's streams.
+    mean_concurrency: float
     goodput_rps: float  # requests per second that met both targets
     met_targets: float  # share of requests that met both targets
     mismatches: int  # requests whose tokens differ from the reference engine's
@@ -182,6 +189,8 @@ def summarize(served: list[Served], targets: Targets, reference: list[list[int]]
         ttft_p99_ms=percentile_ms(ttfts, 99),
         itl_p50_ms=percentile_ms(gaps, 50),
         itl_p99_ms=percentile_ms(gaps, 99),
+        tpot_p50_ms=percentile_ms([s.seconds_per_token for s in served if len(s.tokens) > 1] or [0.0], 50),
+        mean_concurrency=sum(s.chunk_times[-1] - s.sent for s in served) / duration,
         goodput_rps=good / duration,
         met_targets=good / len(served),
         mismatches=mismatches,

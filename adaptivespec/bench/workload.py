@@ -110,6 +110,13 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--traffic", choices=MIXES, default="chat", help="the prompts' mix (traffic_mixes.py)")
     bench.add_argument("--proposer", default="auto", help="ours' drafters, comma-separated")
     bench.add_argument(
+        "--warm-controller",
+        action="store_true",
+        help="ours-adaptive's controller first learns, unmeasured, from a pass of other requests "
+        "(the next seed's) at the same rate, as a daemon that has served such traffic before; "
+        "fresh again at each round",
+    )
+    bench.add_argument(
         "--quick",
         action="store_true",
         help="fewer and shorter requests, two rates, no peer unless --engines names one",
@@ -184,11 +191,10 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     )
     loaded = await asyncio.get_running_loop().run_in_executor(compute, load_runner, config)
     corpus = loaded.tokenizer.encode("\n".join(held_out_documents()), add_special_tokens=False)
-    mix = (
-        None
-        if args.traffic == "chat"
-        else traffic_prompts(args.traffic, loaded.tokenizer, plan.count, args.seed)
-    )
+    mixes = [
+        None if args.traffic == "chat" else traffic_prompts(args.traffic, loaded.tokenizer, plan.count, seed)
+        for seed in (args.seed, args.seed + 1)
+    ]
     # The runner holds rows for the stall check's streams; the engines serve max_batch of them.
     serving = replace(config, max_batch=args.max_batch, prefill_chunk_tokens=args.prefill_chunk_tokens)
     adaptive = adaptive_policy(loaded)
@@ -220,7 +226,12 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         "rounds": plan.rounds,
         "order": "every engine once a round, the order rotated by one each round",
         "figures": "each engine's median over the rounds, its range in `ranges`, every round in `rounds`",
-        "controller": "fresh for each rate and round: nothing learned carries over",
+        "controller": (
+            "fresh for each rate and round, then warmed on a pass of the next seed's requests at "
+            "that rate (unmeasured; its drafters forget them)"
+            if args.warm_controller
+            else "fresh for each rate and round: nothing learned carries over"
+        ),
         "threads_asked": args.threads,  # 0: ours left to the engine, OpenVINO to its own choice
         "static_window_ms": args.static_window_ms,
         "ours_runtime": args.runtime,  # what ran ours' target forwards: torch or OpenVINO
@@ -236,7 +247,10 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     print(_HEADER, flush=True)
     try:
         for rate in plan.rates:
-            traffic = requests(plan.shape, rate, plan.count, corpus, args.seed, prompts=mix)
+            traffic, warm_up = (
+                requests(plan.shape, rate, plan.count, corpus, seed, prompts=mix)
+                for seed, mix in zip((args.seed, args.seed + 1), mixes, strict=True)
+            )
             rounds: dict[str, list[Summary]] = {name: [] for name in plan.engines}
             reference: list[list[int]] | None = None
             for turn in range(plan.rounds):
@@ -245,6 +259,8 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
                 # the machine drifts between minutes.
                 shift = turn % len(plan.engines)
                 for name in plan.engines[shift:] + plan.engines[:shift]:
+                    if name == "ours-adaptive" and args.warm_controller:
+                        await harness.server(name)(warm_up)
                     served = await harness.server(name)(traffic)
                     summary = summarize(served, plan.targets, reference)
                     reference = reference or [s.tokens for s in served]
@@ -268,7 +284,8 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
 
 _HEADER = (
     f"{'rate/s':>6} {'engine':<14} {'round':>5} {'tok/s':>7} {'TTFT p50':>9} {'TTFT p99':>9} "
-    f"{'ITL p50':>8} {'ITL p99':>8} {'goodput/s':>9} {'met':>5} {'mismatch':>8}"
+    f"{'ITL p50':>8} {'ITL p99':>8} {'TPOT p50':>8} {'conc':>5} {'goodput/s':>9} {'met':>5} "
+    f"{'mismatch':>8}"
 )
 
 
@@ -278,5 +295,6 @@ def _row(rate: float | None, name: str, label: str, s: dict[str, Any]) -> str:
     return (
         f"{shown:>6} {name:<14} {label:>5} {s['throughput_tok_s']:>7.1f} {s['ttft_p50_ms']:>9.0f} "
         f"{s['ttft_p99_ms']:>9.0f} {s['itl_p50_ms']:>8.1f} {s['itl_p99_ms']:>8.1f} "
+        f"{s['tpot_p50_ms']:>8.1f} {s['mean_concurrency']:>5.1f} "
         f"{s['goodput_rps']:>9.3f} {s['met_targets']:>5.2f} {s['mismatches']:>8}"
     )

@@ -72,6 +72,9 @@ class Harness:
         return served
 
     async def _serve_ours(self, policy: SpecPolicy, traffic: list[Request]) -> list[Served]:
+        # Every round replays the same requests: a drafter that remembers earlier requests (a
+        # suffix tree's global cache) must not draft from this request's own earlier output.
+        self.loaded.runner.forget_history()
         engine = Engine(self.loaded.runner, self.loaded.tokenizer, policy, self.config, compute=self.compute)
         await engine.start()
         if policy is self.adaptive.policy:

@@ -7,12 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from adaptivespec.bench.traffic import Lengths, TrafficShape, requests
+from adaptivespec.bench.traffic import Lengths, Request, Served, Targets, TrafficShape, requests, summarize
 from adaptivespec.cli import main
 
 from ..conftest import TinyPair
 
-ENGINE_KEYS = {"throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "mismatches"}
+ENGINE_KEYS = {
+    "throughput_tok_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "tpot_p50_ms",
+    "mean_concurrency",
+    "mismatches",
+}
 
 
 def test_quick_workload_report(tiny_pair: TinyPair, tmp_path: Path) -> None:
@@ -67,6 +76,21 @@ def test_static_batching_peer_serves_the_same_tokens(tiny_pair: TinyPair, tmp_pa
     assert set(engines) == {"ours-off", "hf-static"} and "chunked_prefill" not in report
     # Equal-length prompts need no padding, so transformers' generate gives our tokens exactly.
     assert engines["hf-static"]["mismatches"] == 0
+
+
+def test_a_streams_speed_is_read_per_request_whatever_pieces_it_came_in() -> None:
+    """Two requests, one streamed in pieces of several tokens (as speculation emits them), one
+    token a piece: each stream's time per token after its first, and the mean requests in the
+    system (Little's law), come out alike for both shapes of stream."""
+    prompt = [1, 2, 3]
+    pieces = Served(Request(0.0, prompt, 9), 0.0, [1.0, 2.0, 3.0], list(range(9)))  # 8 tokens in 2 s
+    single = Served(Request(1.0, prompt, 5), 1.0, [1.5, 2.0, 2.5, 3.0, 4.0], list(range(5)))  # 4 in 2.5 s
+    summary = summarize([pieces, single], Targets(ttft_s=1.0, tpot_s=0.4), None)
+    assert summary.tpot_p50_ms == pytest.approx((250.0 + 625.0) / 2)
+    assert summary.itl_p50_ms == pytest.approx(750.0)  # the pieces' gaps say little of the speed
+    # In the system 3 s each over a 4 s run: 1.5 requests on average.
+    assert summary.mean_concurrency == pytest.approx(1.5)
+    assert summary.met_targets == 0.5  # the second stream's 625 ms a token misses the 400 ms target
 
 
 def test_traffic_is_seeded_and_rates_only_space_the_same_requests() -> None:
@@ -149,3 +173,49 @@ def test_the_static_server_waits_its_window_for_a_batch_to_fill(tiny_pair: TinyP
     with ThreadPoolExecutor(1) as compute:
         served = asyncio.run(static_batching.serve(model, 0, traffic, 2, compute, window_s=30.0))
     assert served[0].chunk_times == served[1].chunk_times and served[0].chunk_times[0] - served[0].sent < 10
+
+
+def test_every_round_of_ours_drafts_as_if_its_requests_were_new(tiny_pair: TinyPair) -> None:
+    """Rounds replay the same requests. A suffix tree that kept an earlier round's outputs would
+    draft this request's own output back to it: the same request served twice at a fixed K
+    must take as many steps (its stream as many pieces) the second time as the first."""
+    from adaptivespec.engine.suffix_proposer import suffix_available
+
+    if not suffix_available():
+        pytest.skip("arctic-inference is not installed (ops/install-suffix.sh)")
+    import asyncio
+    from dataclasses import replace
+
+    from adaptivespec.bench.workload_engines import Harness, adaptive_policy
+    from adaptivespec.engine.engine import compute_thread
+    from adaptivespec.engine.loader import load_runner
+
+    from ..conftest import engine_config
+
+    config = replace(engine_config(tiny_pair, "suffix", max_spec_tokens=8), threads=1)
+    compute = compute_thread()
+    try:
+        loaded = compute.submit(load_runner, config, False).result()
+        harness = Harness(loaded, compute, config, adaptive_policy(loaded), 8, None, 0.0)
+        prompt = loaded.tokenizer.encode("def add(a, b):\n    return a + b\n", add_special_tokens=False)
+        traffic = [Request(0.0, prompt, 48)]
+        rounds = [asyncio.run(harness.server("ours-fixed")(traffic))[0] for _ in range(3)]
+    finally:
+        compute.shutdown(wait=True)
+    assert [r.tokens for r in rounds[1:]] == [rounds[0].tokens] * 2
+    assert [len(r.chunk_times) for r in rounds[1:]] == [len(rounds[0].chunk_times)] * 2
+
+
+def test_a_warmed_controller_is_stated_and_its_warm_up_is_not_measured(
+    tiny_pair: TinyPair, tmp_path: Path
+) -> None:
+    out = tmp_path / "workload.json"
+    args = ["bench", "workload", "--quick", "--target", str(tiny_pair.target)]
+    args += ["--draft", str(tiny_pair.draft)]
+    args += ["--device", "cpu", "--dtype", "float32", "--requests", "4", "--rates", "50", "--no-burst"]
+    args += ["--engines", "ours-off,ours-adaptive", "--long-prompt", "0", "--rounds", "1", "--threads", "1"]
+    assert main([*args, "--warm-controller", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert "warmed on a pass of the next seed's requests" in report["method"]["controller"]
+    adaptive = report["rates"][0]["engines"]["ours-adaptive"]
+    assert adaptive["requests"] == 4 and adaptive["mismatches"] == 0  # the measured pass alone
