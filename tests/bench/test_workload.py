@@ -80,8 +80,9 @@ def test_static_batching_peer_serves_the_same_tokens(tiny_pair: TinyPair, tmp_pa
 
 def test_a_streams_speed_is_read_per_request_whatever_pieces_it_came_in() -> None:
     """Two requests, one streamed in pieces of several tokens (as speculation emits them), one
-    token a piece: each stream's time per token after its first, and the mean requests in the
-    system (Little's law), come out alike for both shapes of stream."""
+    mostly a token a piece: TPOT is each request's time per token after its first (the pieces'
+    gaps would call the faster stream the slower), and the mean requests in the system is
+    their time in it over the run's (Little's law)."""
     prompt = [1, 2, 3]
     pieces = Served(Request(0.0, prompt, 9), 0.0, [1.0, 2.0, 3.0], list(range(9)))  # 8 tokens in 2 s
     single = Served(Request(1.0, prompt, 5), 1.0, [1.5, 2.0, 2.5, 3.0, 4.0], list(range(5)))  # 4 in 2.5 s
@@ -209,6 +210,8 @@ def test_every_round_of_ours_drafts_as_if_its_requests_were_new(tiny_pair: TinyP
 def test_a_warmed_controller_is_stated_and_its_warm_up_is_not_measured(
     tiny_pair: TinyPair, tmp_path: Path
 ) -> None:
+    """The warm-up serves the next seed's prompts: had its pass been the one measured, its
+    tokens would differ from ours-off's on the measured requests."""
     out = tmp_path / "workload.json"
     args = ["bench", "workload", "--quick", "--target", str(tiny_pair.target)]
     args += ["--draft", str(tiny_pair.draft)]
@@ -218,4 +221,4 @@ def test_a_warmed_controller_is_stated_and_its_warm_up_is_not_measured(
     report = json.loads(out.read_text())
     assert "warmed on a pass of the next seed's requests" in report["method"]["controller"]
     adaptive = report["rates"][0]["engines"]["ours-adaptive"]
-    assert adaptive["requests"] == 4 and adaptive["mismatches"] == 0  # the measured pass alone
+    assert adaptive["requests"] == 4 and adaptive["mismatches"] == 0
