@@ -101,7 +101,7 @@ class Scheduler:
             dsts.append(hole)
             sequence.slot = hole
         self.running = sorted(survivors + movers, key=lambda s: s.slot)
-        self._live_partial()
+        self._live_partial()  # an aborted part-way prompt gives up its row before seating
         seat = self._seat_partial(len(self.running))  # it follows the batch down
         return RowMoves(srcs + seat.srcs, dsts + seat.dsts)
 
