@@ -2,7 +2,7 @@
 
 An arm's price is its expected goodput: tokens per row at that arm (its drafter's pooled
 acceptance at that K) over its step seconds, relative to the cell's scale. Bounds are
-symmetric about it by the arm's measured error, except in three cases:
+symmetric about it by the arm's measured error, except in four cases:
 - the upper bound of another drafter's arm than the decision's takes the tokens that drafter
   may yet keep (`hoped`: each acceptance rate a standard error up), so that a drafter measured
   on a few rows is not ruled out by its prior;
@@ -12,7 +12,12 @@ symmetric about it by the arm's measured error, except in three cases:
   only ever makes a step slower: its upper bound is widened by the machine's measured stall
   tail, shared out over its samples, and on a noisy machine an arm measured once is bounded
   no lower than the cost model would bound it unmeasured, so one unlucky step does not price
-  a good arm out.
+  a good arm out;
+- on any machine, an arm measured once whose step time is above what a larger arm measured
+  here and a smaller batch's ratio allow (`relative_cost_ceiling`) is bounded at that ceiling,
+  since one slow step can price out the arm a whole bucket should run (speculation off, most
+  often). The leading drafter's next K past the decision also takes what its curve may yet
+  keep beyond the decision's, until it is judged here (see `optimistic`).
 """
 
 from __future__ import annotations
@@ -21,12 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from math import sqrt
 
-from adaptivespec.controller.arms import Arm
+from adaptivespec.controller.arms import OFF, Arm, chain
 from adaptivespec.controller.robust_stat import MIN_ROBUST
-from adaptivespec.controller.stats import Summary
+from adaptivespec.controller.stats import Summary, samples_of
 from adaptivespec.controller.step_costs import OptimisticCosts
 
-CostFloor = Callable[[Arm], float | None]  # arm -> a lower bound on its step seconds, from elsewhere
+CostBound = Callable[[Arm], float | None]  # arm -> a bound on its step seconds from elsewhere, or None
 
 Z = 2.0  # standard errors either side of a measured arm's mean: its upper and lower bounds
 # The least relative error an estimate carries: acceptance noise is not in the step-time variance,
@@ -74,9 +79,10 @@ class ArmPrices:
     def optimistic(
         self,
         predicted: dict[Arm, float],
-        floor: CostFloor | None = None,
+        floor: CostBound | None = None,
         drafting: str = "",
         standing: Arm | None = None,
+        ceiling: CostBound | None = None,
     ) -> dict[Arm, float]:
         """An upper bound on the reward of every arm that can be priced. `drafting` is the
         leading drafter (the decision's, or the best measured one's when the decision is off):
@@ -85,7 +91,8 @@ class ArmPrices:
         its arms are bounded with what that drafter may yet keep. `standing` (the decision)
         stands for the leading drafter against the others, so it is bounded with what its own
         drafter may yet keep where another drafter is priced: otherwise a rival's hope, which
-        never falls below a few percent, outbids a decision that is never run again."""
+        never falls below a few percent, outbids a decision that is never run again. `floor`
+        bounds unmeasured arms' step times from below, `ceiling` measured arms' from above."""
         # Unmeasured arms are bounded from the measured arms' figures; on a noisy machine from
         # each one's best case, as its own upper bound prices it (less its error and the stall a
         # few steps may hold), so that one stalled step does not price out the arms beyond it.
@@ -96,9 +103,22 @@ class ArmPrices:
         costs = OptimisticCosts(best_case, floor)
         bounds = {}
         rivals = any(k.k and k.method != drafting for k in self.arms)
+        # The leading drafter's curve moves as one up to the decision's K, which every step at
+        # the decision measures; the next K's last position is measured only when it runs, so
+        # until that arm stands on enough steps here to be judged, it is bounded with what the
+        # position may yet keep (goodput along K is single-peaked: the curve's unmeasured tail
+        # is then learned one arm at a time, and not re-explored for as long as a cell lives).
+        lead = standing if standing is not None and standing.method == drafting else OFF
+        past = [k for k in chain(self.arms, drafting) if k.k > lead.k]
+        beyond = past[0] if standing is not None and past else None
+        if beyond is not None and samples_of(self.times.get(beyond)) >= MIN_ROBUST:
+            beyond = None
         for k in self.arms:
             own_curve = k.method == drafting and not (rivals and k == standing)
             hope = 1.0 if own_curve else self.hoped[k] / self.tokens[k]
+            if own_curve and k == beyond:
+                lead_hope = self.hoped.get(lead, 1.0) / self.tokens.get(lead, 1.0)
+                hope = max(1.0, self.hoped[k] / self.tokens[k] / lead_hope)
             if k in predicted:
                 bounds[k] = predicted[k] * hope * (1 + self._upper_error(k))
                 if noisy and samples_of(self.times.get(k)) < 2:
@@ -106,6 +126,14 @@ class ArmPrices:
                     if (seconds := others.seconds(k)) is not None:
                         unmeasured = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
                         bounds[k] = max(bounds[k], unmeasured)
+                # An arm measured once, slower than the cost model allows it to be, may have met
+                # a stall (even on a machine quiet enough to take one step at its word): it is
+                # bounded as if it cost what the model allows, and tried once more.
+                if ceiling is not None and samples_of(self.times.get(k)) < 2:
+                    seconds = ceiling(k)
+                    if seconds is not None and seconds < self.seconds[k]:
+                        allowed = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
+                        bounds[k] = max(bounds[k], allowed)
             elif (seconds := costs.seconds(k)) is not None:
                 bounds[k] = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
         return bounds
@@ -132,25 +160,18 @@ class ArmPrices:
         return self.tokens[k] / seconds / self.scale
 
 
-def samples_of(stat: Summary | None) -> int:
-    """The steps a step-time estimate stands on: a robust stat's window; pooled stats count all."""
-    if stat is None:
-        return 0
-    recent = getattr(stat, "samples", None)
-    return int(recent if recent is not None else stat.count)
-
-
 def _shrunk(times: Mapping[Arm, Summary]) -> tuple[dict[Arm, float], dict[Arm, float]]:
     """Each measured arm's step seconds, shrunk towards the line its drafter's other arms draw.
 
     A drafting step's cost grows about linearly with K (K draft passes, a verify K + 1 tokens
     wide), so the arms measured beside an arm say what it should cost: a line fitted to them
-    (weighted by their steps) counts as `LINE_SAMPLES` steps of its own, and may only lower
-    the arm's own figure. An arm measured once, on a step that stalled, is then priced near the
-    line instead of out of the running, and an arm measured many times is priced by its own
-    steps, whatever the line says. K = 0 runs no drafter (a plain step is another kernel) and
-    stands on its own steps; so does an arm with fewer than two others to draw a line through.
-    Another drafter's arms draw no line for it: their draft passes cost differently.
+    (weighted by their steps) counts as `LINE_SAMPLES` steps of its own, never more than the
+    steps it is drawn through, and may only lower the arm's own figure. An arm measured once,
+    on a step that stalled, is then priced near the line instead of out of the running, and an
+    arm measured many times is priced by its own steps, whatever the line says. K = 0 runs no
+    drafter (a plain step is another kernel) and stands on its own steps; so does an arm with
+    fewer than two others to draw a line through. Another drafter's arms draw no line for it:
+    their draft passes cost differently.
     """
     measured = {k: (stat.mean, float(samples_of(stat))) for k, stat in times.items() if stat.count}
     seconds = {k: mean for k, (mean, _) in measured.items()}
@@ -163,10 +184,14 @@ def _shrunk(times: Mapping[Arm, Summary]) -> tuple[dict[Arm, float], dict[Arm, f
             continue
         line = _line(others)
         if line is not None:
+            # A line through two arms measured once each is two steps of evidence, not four:
+            # counted as more, an arm measured once beside them would be judged (pruning.py)
+            # and ruled out at every larger batch on three steps in all.
+            weight = min(LINE_SAMPLES, sum(w for _, _, w in others))
             # Only ever down: a stall inflates an arm's own steps, never deflates them, and a
             # neighbour's stalled step may tilt the line up.
-            seconds[k] = min((n * mean + LINE_SAMPLES * line(k.k)) / (n + LINE_SAMPLES), mean)
-            support[k] = n + LINE_SAMPLES
+            seconds[k] = min((n * mean + weight * line(k.k)) / (n + weight), mean)
+            support[k] = n + weight
     return seconds, support
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from math import ceil, erf, inf, sqrt
 
 from adaptivespec.controller.acceptance import Acceptance
-from adaptivespec.controller.arm_prices import ArmPrices, CostFloor, samples_of
+from adaptivespec.controller.arm_prices import ArmPrices, CostBound
 from adaptivespec.controller.arms import OFF, Arm, distance
 from adaptivespec.controller.evidence import CellEvidence
 from adaptivespec.controller.learning_settings import LearningSettings
@@ -47,19 +47,20 @@ from adaptivespec.controller.probe_share import ALONE, ProbeShare
 from adaptivespec.controller.pruning import prune
 from adaptivespec.controller.robust_stat import MIN_ROBUST
 from adaptivespec.controller.stall_tail import PRIOR_TAIL
-from adaptivespec.controller.stats import EWStat
+from adaptivespec.controller.stats import EWStat, samples_of
 
 
 @dataclass(frozen=True, slots=True)
 class Neighbourhood:
     """What the nearest smaller visited batch bucket tells a cell, by the roofline's monotonicity.
 
-    Both hold because drafting's relative cost, t(K) / t(j) for K > j, does not shrink as the
+    All three hold because drafting's relative cost, t(K) / t(j) for K > j, does not shrink as the
     batch grows, while acceptance does not depend on the batch.
     """
 
-    floor: CostFloor | None = None  # step-time floors for unmeasured arms
+    floor: CostBound | None = None  # step-time floors for unmeasured arms
     ruled_out: frozenset[Arm] = frozenset()  # arms a smaller K dominated there: dominated here too
+    ceiling: CostBound | None = None  # step-time ceilings for measured arms, from a larger arm here
 
 
 @dataclass(slots=True)
@@ -132,7 +133,9 @@ class Cell:
         if self._dwell_left == 0 or self._fleet_changed or not self.candidates:
             neighbourhood = around() if around is not None else Neighbourhood()
             leading = _leading(self.decided, predicted)
-            self._upper = prices.optimistic(predicted, neighbourhood.floor, leading, self.decided)
+            self._upper = prices.optimistic(
+                predicted, neighbourhood.floor, leading, self.decided, neighbourhood.ceiling
+            )
             lowers = {j: prices.lower(j, predicted) for j in predicted}
             pruned = prune(
                 self._upper,

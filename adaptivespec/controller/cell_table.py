@@ -14,7 +14,7 @@ from adaptivespec.controller.arms import Arm
 from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
 from adaptivespec.controller.cell import Cell, Neighbourhood
 from adaptivespec.controller.learning_settings import LearningSettings
-from adaptivespec.controller.step_costs import relative_cost_floor
+from adaptivespec.controller.step_costs import relative_cost_ceiling, relative_cost_floor
 
 CellKey = tuple[int, int]  # (context bucket, batch bucket)
 
@@ -88,8 +88,11 @@ class CellTable(Mapping[CellKey, Cell]):
         if smaller is None:
             return Neighbourhood()
         here, there = self._cells[key], self._cells[smaller]
+        here_times, there_times = here.evidence.times(), there.evidence.times()
         return Neighbourhood(
-            relative_cost_floor(here.evidence.times(), there.evidence.times()), there.ruled_out
+            relative_cost_floor(here_times, there_times),
+            there.ruled_out,
+            relative_cost_ceiling(here_times, there_times),
         )
 
     def _smaller_neighbour(self, key: CellKey) -> CellKey | None:

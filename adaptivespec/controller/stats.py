@@ -14,6 +14,14 @@ class Summary(Protocol):
     count: int
 
 
+def samples_of(stat: Summary | None) -> int:
+    """The steps a step-time estimate stands on: a robust stat's window; pooled stats count all."""
+    if stat is None:
+        return 0
+    recent = getattr(stat, "samples", None)
+    return int(recent if recent is not None else stat.count)
+
+
 @dataclass(slots=True)
 class EWStat:
     fading: float = 0.1  # weight of the newest sample

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from itertools import accumulate
 
 from adaptivespec.controller.arms import Arm, chain
-from adaptivespec.controller.stats import Summary
+from adaptivespec.controller.robust_stat import MIN_ROBUST
+from adaptivespec.controller.stats import Summary, samples_of
 
 SECANT_FRACTION = 0.5
 # Relative step-time rise per draft token assumed before a cell has two measured arms: below
@@ -137,3 +138,36 @@ def relative_cost_floor(
         return here_ref * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0))
 
     return floor
+
+
+def relative_cost_ceiling(
+    here: Mapping[Arm, Summary], smaller_batch: Mapping[Arm, Summary]
+) -> Callable[[Arm], float | None]:
+    """An upper bound on a measured arm's step time here, from a larger arm on its chain.
+
+    The floor's monotonicity read the other way: t(K) / t(j) for K > j does not shrink as the
+    batch grows, so t(j) here is at most t(K) here times t(j) / t(K) at the smaller batch, for
+    a reference K measured in both, and robustly here. A single step is what this checks: one
+    that stalled can read far slower than its arm is, and would price the arm out (speculation
+    off, most often: the one probe at a large batch). A ceiling only ever raises an arm's upper
+    bound, so the whole ratio is taken: an irregular kernel costs one more probe, never a
+    pruned arm.
+    """
+
+    def ceiling(arm: Arm) -> float | None:
+        there = smaller_batch.get(arm)
+        if there is None or not there.count:
+            return None
+        bounds = [
+            here[ref].mean * there.mean / smaller_batch[ref].mean
+            for ref in here
+            if ref.k > arm.k
+            and (arm.k == 0 or ref.method == arm.method)
+            and samples_of(here[ref]) >= MIN_ROBUST
+            and ref in smaller_batch
+            and smaller_batch[ref].count
+            and smaller_batch[ref].mean > 0
+        ]
+        return min(bounds, default=None)
+
+    return ceiling

@@ -34,6 +34,15 @@ def test_an_arm_measured_once_on_a_stalled_step_is_priced_near_its_neighbours_li
     assert prices.support[ARMS[2]] == 1 + LINE_SAMPLES
 
 
+def test_a_line_through_arms_measured_once_counts_for_no_more_steps_than_they_are() -> None:
+    """Three arms measured once each: each one's line is two steps of evidence, so none stands
+    on the 4 steps an arm needs to be judged (and ruled out at larger batches, pruning.py).
+    Counted as 4, three steps in all could rule an arm out at every larger batch."""
+    prices = _prices({1: _stat(0.012, 1), 2: _stat(0.014, 1), 3: _stat(0.016, 1)})
+    assert all(prices.support[ARMS[k]] == 1 + 2 for k in (1, 2, 3))
+    assert _prices({1: _stat(0.012, 3), 2: _stat(0.014, 1), 3: _stat(0.016, 1)}).support[ARMS[2]] == 5
+
+
 def test_the_line_never_makes_an_arm_dearer_than_its_own_steps() -> None:
     """K = 4's neighbours include a stalled single step, which tilts the line up."""
     times = {1: _stat(0.012, 20), 2: _stat(0.014, 20), 3: _stat(0.064, 1), 4: _stat(0.018, 6)}
@@ -99,4 +108,27 @@ def test_the_decision_carries_its_drafters_hope_against_another_drafter_only() -
     alone = ArmPrices.of(tuple(model), model, tokens, scale=1.0, window=19.0, tail=0.1, hoped=hoped)
     assert alone.optimistic(alone.predicted(), None, "draft", arm("draft", 2)) == alone.optimistic(
         alone.predicted(), None, "draft"
+    )
+
+
+def test_the_next_k_past_the_decision_is_bounded_with_what_its_last_position_may_keep() -> None:
+    """One drafter, K = 1 decided on many rows, K = 2's second position measured on few: K = 2,
+    run twice here, is bounded with the hope its curve carries beyond the decision's (2.6 / 2.0
+    over 2.1 / 2.0), K = 3 beyond it is not (single-peaked goodput: K = 2 is tried first, and
+    measures it), and once K = 2 stands on the steps that judge an arm, neither is."""
+    arms = tuple(arm("draft", k) for k in (1, 2, 3))
+    times = {a: _stat(0.010 + 0.002 * a.k, 2 if a.k == 2 else 20) for a in arms}
+    tokens = {arm("draft", 1): 2.0, arm("draft", 2): 2.0, arm("draft", 3): 2.0}
+    hoped = {arm("draft", 1): 2.1, arm("draft", 2): 2.6, arm("draft", 3): 3.0}
+    prices = ArmPrices.of(arms, times, tokens, scale=1.0, window=19.0, tail=0.1, hoped=hoped)
+    predicted = prices.predicted()
+    bounds = prices.optimistic(predicted, None, "draft", arm("draft", 1))
+    own = {a: bounds[a] / predicted[a] for a in arms}  # every arm has the same relative error
+    assert own[arm("draft", 2)] == pytest.approx(own[arm("draft", 1)] * (2.6 / 2.0) / (2.1 / 2.0))
+    assert own[arm("draft", 3)] == pytest.approx(own[arm("draft", 1)])
+    times[arm("draft", 2)] = _stat(0.014, 4)
+    judged = ArmPrices.of(arms, times, tokens, scale=1.0, window=19.0, tail=0.1, hoped=hoped)
+    bounds = judged.optimistic(judged.predicted(), None, "draft", arm("draft", 1))
+    assert bounds[arm("draft", 2)] / judged.predicted()[arm("draft", 2)] == pytest.approx(
+        own[arm("draft", 1)]
     )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import statistics
 
+from adaptivespec.controller.buckets import batch_bucket
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.static_policy import FixedK
+from adaptivespec.engine.telemetry import StepTelemetry
 
 from .noisy_machine import Machine, Run
 
@@ -114,8 +116,55 @@ def _runs_of_drafting(ks: list[int]) -> list[int]:
 
 def test_a_fresh_cell_tries_the_arms_nearest_its_decision_first() -> None:
     machine = Machine()
-    controller, run = _learn(machine, 1, seed=0, steps=60)
+    _, run = _learn(machine, 1, seed=0, steps=60)
     start = run.ks[0]
     tried = list(dict.fromkeys(run.ks))  # in order of first use
     assert sorted(tried[1:3]) == [start - 1, start + 1]
-    assert machine.goodput(controller.decisions()[0].k) >= 0.97 * machine.goodput(machine.best())
+    # What it then settles on at batch 1 rests on a few rows' acceptance, so it is judged over
+    # seeds, not on one: the arms run, against the best fixed K, 0.970 on average over these 20
+    # (0.976 over 40). Before the next K's hope (arm_prices.py) 0.957 (0.962 over 40): the
+    # decision's next K was not tried again once a prior-shaped curve priced it below K = 1.
+    # A controller held at K = 1, the runner-up, scores 0.926.
+    ratios = [_ran(machine, _learn(machine, 1, seed, steps=60)[1]) for seed in range(20)]
+    assert machine.goodput(1) / machine.goodput(machine.best()) < 0.93
+    assert statistics.mean(ratios) >= 0.965
+
+
+def _step(batch: int, k: int, seconds: float) -> StepTelemetry:
+    """A step of the default drafter whose rows keep each draft with probability 0.7."""
+    kept_at_least = tuple(round(batch * 0.7**j) for j in range(1, k + 1))
+    return StepTelemetry(
+        "m", "h", batch, k, 300.0, k * batch, sum(kept_at_least), batch + sum(kept_at_least),
+        0.0, seconds, seconds, 0.0, k, kept_at_least, method="draft" if k else "",
+    )  # fmt: skip
+
+
+def _after_one_slow_plain_step(off_seconds: float) -> tuple[list[int], int]:
+    """Batch 9-12 measured plain steps at half of K = 1's; at batch 13-16 the one plain step
+    read 19.3 ms (a stall), then K = 1 ran 8 steps at 22 ms
+    (what a real run on this machine showed). The next 12 steps run at `off_seconds` plain,
+    22 ms + 8 ms a draft token otherwise: the K run, and the decision at the end."""
+    controller = Controller("m", "h")
+    for record in [_step(12, 1, 0.021)] * 3 + [_step(12, 0, 0.011)] * 16:
+        assert controller.ingest(record)
+    for record in [_step(16, 0, 0.0193)] + [_step(16, 1, 0.022)] * 8:
+        assert controller.ingest(record)
+    ran = []
+    for _ in range(12):
+        k = controller.live.k_for(16, 300)
+        ran.append(k)
+        assert controller.ingest(_step(16, k, off_seconds if k == 0 else 0.022 + 0.008 * (k - 1)))
+    (decision,) = [d for d in controller.decisions() if d.batch_bucket == batch_bucket(16)]
+    return ran, decision.k
+
+
+def test_one_slow_plain_step_does_not_price_speculation_off_out() -> None:
+    """The machine is quiet (no stall tail), so an arm measured once is taken at its word,
+    except where the cost model says it cannot cost that much: the smaller batch's ratio says
+    K = 0 costs at most half of K = 1 here (11 ms), so K = 0 is tried again, and then decided.
+    Without the ceiling K = 0 was never run again (fails: K = 1 for all 12 steps). Where the
+    second plain step is as slow as the first, the evidence stands: one probe more, no switch."""
+    ran, decided = _after_one_slow_plain_step(off_seconds=0.012)
+    assert 0 in ran[:2] and decided == 0  # K = 2 may go first: the next K's hope (arm_prices.py)
+    ran, decided = _after_one_slow_plain_step(off_seconds=0.0193)
+    assert ran.count(0) == 1 and decided == 1

@@ -3,8 +3,9 @@
 import pytest
 
 from adaptivespec.controller.arms import OFF, Arm, arm
+from adaptivespec.controller.robust_stat import RobustStat
 from adaptivespec.controller.stats import EWStat, Summary
-from adaptivespec.controller.step_costs import OptimisticCosts, relative_cost_floor
+from adaptivespec.controller.step_costs import OptimisticCosts, relative_cost_ceiling, relative_cost_floor
 
 
 def test_the_cost_never_falls_as_k_grows_beyond_the_measured_arms() -> None:
@@ -46,3 +47,23 @@ def test_a_smaller_batch_bounds_the_relative_cost_of_drafting_here() -> None:
     assert relative_cost_floor(here, stalled)(arm("ngram", 4)) == pytest.approx(0.020 * 1.5)
     # a stalled K = 1 there, slower than K = 2: it counts as K = 2's 14 ms, not its own 50
     assert relative_cost_floor(here, stalled)(arm("ngram", 2)) == pytest.approx(0.020 * (1 + 0.5 * 0.4))
+
+
+def test_a_smaller_batch_bounds_a_cheaper_arm_measured_here_from_above() -> None:
+    """K = 0 cost half of K = 1 at the smaller batch, so here it costs at most half of K = 1's
+    robust figure, whatever its one step read; a K measured only once here is no reference."""
+
+    def robust(times: list[float]) -> RobustStat:
+        stat = RobustStat()
+        for t in times:
+            stat.update(t)
+        return stat
+
+    one, four = arm("ngram", 1), arm("ngram", 4)
+    smaller = {OFF: robust([0.010] * 8), one: robust([0.020] * 3), four: robust([0.030])}
+    here = {OFF: robust([0.019]), one: robust([0.022] * 6), four: robust([0.050])}
+    ceiling = relative_cost_ceiling(here, smaller)
+    assert ceiling(OFF) == pytest.approx(0.022 * 0.010 / 0.020)  # not K = 4's 0.050 * 1/3: one step
+    assert ceiling(arm("ngram", 1)) is None  # no larger arm measured robustly here
+    assert ceiling(arm("suffix", 1)) is None  # not measured at the smaller batch
+    assert relative_cost_ceiling(here, {arm("ngram", 1): robust([0.020])})(OFF) is None
