@@ -191,9 +191,11 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     )
     loaded = await asyncio.get_running_loop().run_in_executor(compute, load_runner, config)
     corpus = loaded.tokenizer.encode("\n".join(held_out_documents()), add_special_tokens=False)
+    # The warm-up pass (--warm-controller) replays the next seed's requests.
+    seeds = (args.seed, args.seed + 1) if args.warm_controller else (args.seed,)
     mixes = [
         None if args.traffic == "chat" else traffic_prompts(args.traffic, loaded.tokenizer, plan.count, seed)
-        for seed in (args.seed, args.seed + 1)
+        for seed in seeds
     ]
     # The runner holds rows for the stall check's streams; the engines serve max_batch of them.
     serving = replace(config, max_batch=args.max_batch, prefill_chunk_tokens=args.prefill_chunk_tokens)
@@ -247,9 +249,9 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     print(_HEADER, flush=True)
     try:
         for rate in plan.rates:
-            traffic, warm_up = (
+            traffic, *warm_up = (
                 requests(plan.shape, rate, plan.count, corpus, seed, prompts=mix)
-                for seed, mix in zip((args.seed, args.seed + 1), mixes, strict=True)
+                for seed, mix in zip(seeds, mixes, strict=True)
             )
             rounds: dict[str, list[Summary]] = {name: [] for name in plan.engines}
             reference: list[list[int]] | None = None
@@ -259,8 +261,8 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
                 # the machine drifts between minutes.
                 shift = turn % len(plan.engines)
                 for name in plan.engines[shift:] + plan.engines[:shift]:
-                    if name == "ours-adaptive" and args.warm_controller:
-                        await harness.server(name)(warm_up)
+                    if name == "ours-adaptive" and warm_up:
+                        await harness.server(name)(warm_up[0])
                     served = await harness.server(name)(traffic)
                     summary = summarize(served, plan.targets, reference)
                     reference = reference or [s.tokens for s in served]

@@ -109,10 +109,11 @@ class ArmPrices:
         # position may yet keep (goodput along K is single-peaked: the curve's unmeasured tail
         # is then learned one arm at a time, and not re-explored for as long as a cell lives).
         lead = standing if standing is not None and standing.method == drafting else OFF
-        past = [k for k in chain(self.arms, drafting) if k.k > lead.k]
-        beyond = past[0] if standing is not None and past else None
-        if beyond is not None and samples_of(self.times.get(beyond)) >= MIN_ROBUST:
-            beyond = None
+        beyond = None
+        if standing is not None:
+            beyond = next((k for k in chain(self.arms, drafting) if k.k > lead.k), None)
+            if beyond is not None and samples_of(self.times.get(beyond)) >= MIN_ROBUST:
+                beyond = None
         for k in self.arms:
             own_curve = k.method == drafting and not (rivals and k == standing)
             hope = 1.0 if own_curve else self.hoped[k] / self.tokens[k]
@@ -121,21 +122,24 @@ class ArmPrices:
                 hope = max(1.0, self.hoped[k] / self.tokens[k] / lead_hope)
             if k in predicted:
                 bounds[k] = predicted[k] * hope * (1 + self._upper_error(k))
-                if noisy and samples_of(self.times.get(k)) < 2:
+                # An arm measured once may have met a stall, and is bounded at the cheapest step
+                # the cost model allows it: on a noisy machine, what it would bound it by
+                # unmeasured; on any machine, the ceiling a larger arm and a smaller batch set
+                # (a machine quiet enough to take one step at its word still stalls at times).
+                if samples_of(self.times.get(k)) < 2:
                     others = OptimisticCosts({j: t for j, t in best_case.items() if j != k}, floor)
-                    if (seconds := others.seconds(k)) is not None:
-                        unmeasured = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
-                        bounds[k] = max(bounds[k], unmeasured)
-                # An arm measured once, slower than the cost model allows it to be, may have met
-                # a stall (even on a machine quiet enough to take one step at its word): it is
-                # bounded as if it cost what the model allows, and tried once more.
-                if ceiling is not None and samples_of(self.times.get(k)) < 2:
-                    seconds = ceiling(k)
-                    if seconds is not None and seconds < self.seconds[k]:
-                        allowed = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
-                        bounds[k] = max(bounds[k], allowed)
+                    allowed = [
+                        seconds
+                        for seconds in (
+                            others.seconds(k) if noisy else None,
+                            ceiling(k) if ceiling is not None else None,
+                        )
+                        if seconds is not None
+                    ]
+                    if allowed:
+                        bounds[k] = max(bounds[k], self._bound_at(k, min(allowed), hope))
             elif (seconds := costs.seconds(k)) is not None:
-                bounds[k] = self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
+                bounds[k] = self._bound_at(k, seconds, hope)
         return bounds
 
     def lower(self, k: Arm, predicted: dict[Arm, float]) -> float:
@@ -155,6 +159,10 @@ class ArmPrices:
         if support < MIN_ROBUST:
             return max(error, self.tail / support)  # one of its steps may have been a stall
         return error
+
+    def _bound_at(self, k: Arm, seconds: float, hope: float) -> float:
+        """An upper bound priced at a step time the cost model allows: no error of its own."""
+        return self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
 
     def _price(self, k: Arm, seconds: float) -> float:
         return self.tokens[k] / seconds / self.scale
