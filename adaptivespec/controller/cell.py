@@ -14,10 +14,12 @@ Exploration is an upper-confidence rule of our own, over bounds that hold on a s
 - Bounds widen with measured noise: a measured arm's by its standard error; one measured only
   a few times also by the machine's stall tail (`StallTail`), since its steps may have stalled.
 - An unmeasured arm is priced with an optimistic step-cost bound (step_costs.py, and floors
-  from a smaller batch): if even that is far below the best measured arm it is never tried.
-  Unmeasured arms are tried nearest the decision first: goodput over one drafter's K is
-  single-peaked in the roofline, and each neighbour measured tightens the bound on the arms
-  beyond it; another drafter at the decision's K counts as one step away.
+  from a smaller batch): if even that is far below the best measured arm it is never tried,
+  and while it is below what the decision is estimated to keep it waits (a short horizon has
+  no step to spare for an arm that could at best tie). Unmeasured arms are tried nearest the
+  decision first: goodput over one drafter's K is single-peaked in the roofline, and each
+  neighbour measured tightens the bound on the arms beyond it; another drafter at the
+  decision's K counts as one step away.
 - With several drafters, each drafter's acceptance is uncertain on its own: another drafter's
   arms are bounded with what it may yet keep, and so is the decision, which stands for its own
   drafter against them (its other K share its curve and are bounded as measured).
@@ -170,13 +172,22 @@ class Cell:
     def _pull(self, predicted: dict[Arm, float], share: ProbeShare) -> Arm:
         """Unmeasured candidates first, nearest the decision; then the highest upper bound.
 
+        An unmeasured arm is probed only while its optimistic bound is above what the decision
+        is estimated to keep: one below could at best tie it, and a short horizon has no step
+        to spare for it (with many arms, most of them). It stays a candidate, and is probed
+        once the decision's estimate falls below its bound.
+
         In a fleet, an unmeasured arm comes from this host's share first. Once that is measured
         the host holds to measured arms until the fleet has had time to measure the rest, then
         probes what is left: one refresh when it showed no other host in this cell, two
         otherwise (one may have been read before they flushed)."""
-        unmeasured = [k for k in self.candidates if k not in predicted]
+        standing = predicted.get(self.decided, -inf)
+        unmeasured = [
+            k for k in self.candidates if k not in predicted and self._upper.get(k, inf) >= standing
+        ]
+        measured = [k for k in self.candidates if k in predicted]
         if not unmeasured:
-            return self._most_promising(self.candidates)
+            return self._most_promising(measured or self.candidates)
         if not share.shared:
             return min(unmeasured, key=lambda k: (distance(k, self.decided), k.k, k))
         mine = share.probes(self.arms, unmeasured, everyone=False)
@@ -187,7 +198,7 @@ class Cell:
         refreshed = share.refreshes - self._share_done_at
         if refreshed >= 2 or (refreshed == 1 and not self.evidence.fleet_hosts):
             return share.probes(self.arms, unmeasured, everyone=True)[0]
-        return self._most_promising([k for k in self.candidates if k in predicted])
+        return self._most_promising(measured)
 
     def _most_promising(self, arms: Sequence[Arm]) -> Arm:
         return max(arms, key=lambda k: (self._upper.get(k, inf), k == self.decided))

@@ -1,14 +1,15 @@
 """Hosts that meet a new cell at the same time split its probes instead of each paying them all.
 
-Every arm of a new cell is probed once before the bandit can rule on it, and a probe of a poor
-arm is a step at a fraction of the best goodput. A lone host pays all of them. Hosts of a fleet
-that reach the cell together, a fleet rolled out at once or a load that hits every host behind
-a balancer, would each pay the same probes, since they only see each other's measurements at
-the next refresh. So each live host takes a share of the arms, by its rank among the live host
-ids (every host sorts the same ids, so the shares do not overlap), and probes its share first.
-Once its share is measured it waits a refresh or two, holding what it measured best (see
-`Cell._pull`), and then probes whatever is still unmeasured, starting after its share: a peer
-that died, or one that never reached this cell, costs that host a short wait.
+Every arm of a new cell that may beat its decision is probed once before the bandit can rule
+on it, and a probe of a poor arm is a step at a fraction of the best goodput. A lone host pays
+all of them. Hosts of a fleet that reach the cell together, a fleet rolled out at once or a
+load that hits every host behind a balancer, would each pay the same probes, since they only
+see each other's measurements at the next refresh. So each live host takes a share of the
+arms, by its rank among the live host ids (every host sorts the same ids, so the shares do not
+overlap), and probes its share first. Once its share is measured it waits a refresh or two,
+holding what it measured best (see `Cell._pull`), and then probes whatever is still
+unmeasured, starting after its share: a peer that died, or one that never reached this cell,
+costs that host a short wait.
 """
 
 from __future__ import annotations

@@ -130,6 +130,35 @@ def test_a_fresh_cell_tries_the_arms_nearest_its_decision_first() -> None:
     assert statistics.mean(ratios) >= 0.965
 
 
+def test_a_short_horizon_spends_no_step_on_an_arm_that_cannot_beat_the_decision() -> None:
+    """Drafting pays 2.5x here (a cheap drafter, acceptance 0.8, batch 8): a plain step, even
+    at the cheapest cost the other arms allow it, keeps less than the decision is measured to,
+    so in 20 steps it is not run. It stays a candidate (tried once the decision's estimate falls
+    below its bound). Over 20 seeds the arms run keep 0.971 of the best fixed K on average; the
+    controller that probed every candidate first ran one plain step in each and kept 0.950."""
+    machine = Machine(slope=0.1)
+    assert machine.goodput(0) < 0.45 * machine.goodput(machine.best())
+    runs = [_learn(machine, 8, seed, steps=20)[1] for seed in range(20)]
+    assert all(0 not in run.ks for run in runs)
+    assert statistics.mean(_ran(machine, run) for run in runs) >= 0.965
+
+
+def test_speculation_off_is_tried_once_drafting_stops_paying() -> None:
+    """The same cell, then the drafts stop being kept: the decision's estimate soon falls below
+    a plain step's bound, and the plain step is tried (at the 9th step here; the controller that
+    had measured it among the first 20 steps and priced it by that step tried it again at the
+    84th, once the decayed acceptance let K walk down to it), and it ends there."""
+    good, bad = Machine(slope=0.1), Machine(slope=0.1, alpha=0.0)
+    controller = Controller("m", "h")
+    run = Run(good, 8, seed=0)
+    for _ in range(20):
+        assert controller.ingest(run.step(controller.live))
+    run = Run(bad, 8, seed=0)
+    for _ in range(100):
+        assert controller.ingest(run.step(controller.live))
+    assert 0 in run.ks[:30] and run.ks[-10:] == [0] * 10
+
+
 def _step(batch: int, k: int, seconds: float) -> StepTelemetry:
     """A step of the default drafter whose rows keep each draft with probability 0.7."""
     kept_at_least = tuple(round(batch * 0.7**j) for j in range(1, k + 1))
