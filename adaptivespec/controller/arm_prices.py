@@ -127,11 +127,10 @@ class ArmPrices:
                 # unmeasured; on any machine, the ceiling a larger arm and a smaller batch set
                 # (a machine quiet enough to take one step at its word still stalls at times).
                 if samples_of(self.times.get(k)) < 2:
-                    others = OptimisticCosts({j: t for j, t in best_case.items() if j != k}, floor)
                     allowed = [
                         seconds
                         for seconds in (
-                            others.seconds(k) if noisy else None,
+                            _unmeasured_seconds(k, best_case, floor) if noisy else None,
                             ceiling(k) if ceiling is not None else None,
                         )
                         if seconds is not None
@@ -166,6 +165,11 @@ class ArmPrices:
 
     def _price(self, k: Arm, seconds: float) -> float:
         return self.tokens[k] / seconds / self.scale
+
+
+def _unmeasured_seconds(k: Arm, best_case: Mapping[Arm, float], floor: CostBound | None) -> float | None:
+    """The step time the cost model would bound a measured arm by, were it unmeasured."""
+    return OptimisticCosts({j: t for j, t in best_case.items() if j != k}, floor).seconds(k)
 
 
 def _shrunk(times: Mapping[Arm, Summary]) -> tuple[dict[Arm, float], dict[Arm, float]]:

@@ -187,7 +187,7 @@ class Cell:
         ]
         measured = [k for k in self.candidates if k in predicted]
         if not unmeasured:
-            return self._most_promising(measured or self.candidates)
+            return self._most_promising(measured)  # the decision is among them
         if not share.shared:
             return min(unmeasured, key=lambda k: (distance(k, self.decided), k.k, k))
         mine = share.probes(self.arms, unmeasured, everyone=False)
