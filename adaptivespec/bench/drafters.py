@@ -76,6 +76,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--max-tokens", type=int, default=192)
     bench.add_argument("--rounds", type=int, default=3)
     bench.add_argument("--seed", type=int, default=0, help="which prompts (other seeds: other prompts)")
+    bench.add_argument(
+        "--ngram-min", type=int, default=ModelConfig().ngram_min, help="prompt lookup's shortest match"
+    )
     defaults = SuffixSettings()
     bench.add_argument("--suffix-spec-factor", type=float, default=defaults.max_spec_factor)
     bench.add_argument("--suffix-min-prob", type=float, default=defaults.min_token_prob)
@@ -94,6 +97,7 @@ def run(args: argparse.Namespace) -> None:
         proposer="ngram",
         device="cpu",
         dtype="float32",
+        ngram_min=args.ngram_min,
         suffix_spec_factor=args.suffix_spec_factor,
         suffix_min_prob=args.suffix_min_prob,
     )
@@ -142,6 +146,7 @@ def run(args: argparse.Namespace) -> None:
             "rounds": args.rounds,
             "seed": args.seed,
             "batch": 1,
+            "ngram": {"min": models.ngram_min, "max": models.ngram_max},
             "suffix": asdict(models.suffix),
         },
         "contenders": [_summary(name, runs[name], runs["off"]) for name in names],

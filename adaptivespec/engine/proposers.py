@@ -165,13 +165,14 @@ class DraftModelProposer:
 
 
 class NgramProposer:
-    """Prompt lookup: copies what followed the most recent earlier match of the last n tokens.
+    """Prompt lookup: copies what followed the most recent earlier match of the last n tokens,
+    the longest n from max_n down to min_n that has one.
 
     It searches the host's copy of the tokens, as vLLM's does, so that how many drafts each
     row has is known without reading the device.
     """
 
-    def __init__(self, max_n: int = 3, min_n: int = 2) -> None:
+    def __init__(self, max_n: int = 3, min_n: int = 1) -> None:
         self.name = f"ngram{min_n}-{max_n}"
         self.method = "ngram"
         self.full_width = False  # a row without a match, or near its end, has fewer

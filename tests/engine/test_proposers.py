@@ -15,3 +15,16 @@ def test_ngram_copies_what_followed_the_latest_match() -> None:
     assert proposal.n_drafts.tolist() == [4, 0, 3]
     assert proposal.drafts[0].tolist() == [3, 4, 5, 6]
     assert proposal.drafts[2, :3].tolist() == [1, 8, 9]
+
+
+def test_ngram_by_default_drafts_from_a_last_token_seen_before() -> None:
+    rows = rows_of(
+        [4, 7, 8, 5, 4, 9, 3, 4],  # only the last token repeats: its latest match is followed by "9 3 4"
+        [1, 2, 3, 9, 2, 3, 5, 1, 2, 3],  # "2 3" and "1 2 3" match: the longest wins
+        [1, 2, 3, 4],  # nothing repeats
+    )
+    proposal = NgramProposer().propose(rows, 3, 4, greedy(3))
+    assert proposal.n_drafts.tolist() == [3, 4, 0]
+    assert proposal.drafts[0, :3].tolist() == [9, 3, 4]
+    assert proposal.drafts[1].tolist() == [9, 2, 3, 5]
+    assert NgramProposer(min_n=2).propose(rows, 3, 4, greedy(3)).n_drafts.tolist() == [0, 4, 0]
