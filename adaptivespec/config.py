@@ -113,7 +113,7 @@ class ModelConfig:
     dtype: DType = "auto"
     ngram_max: int = 3
     # A last token seen before is worth drafting from: a verify is K + 1 tokens wide for every
-    # row whatever its match, so beside a row that drafts a 1-gram draft costs nothing; alone it
+    # row whatever its match, so beside a row that drafts, a 1-gram draft costs nothing; alone it
     # turns a plain step into a verify that keeps more than it costs (docs/results.md).
     ngram_min: int = 1
     # The suffix proposer (SuffixSettings): flat, so that TOML and the environment set them.

@@ -169,10 +169,10 @@ class NgramProposer:
     the longest n from max_n down to min_n that has one.
 
     It searches the host's copy of the tokens, as vLLM's does, so that how many drafts each
-    row has is known without reading the device.
+    row has is known without reading the device. The sizes' defaults are ModelConfig's.
     """
 
-    def __init__(self, max_n: int = 3, min_n: int = 1) -> None:
+    def __init__(self, max_n: int, min_n: int) -> None:
         self.name = f"ngram{min_n}-{max_n}"
         self.method = "ngram"
         self.full_width = False  # a row without a match, or near its end, has fewer

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from adaptivespec.config import ModelConfig
 from adaptivespec.engine.proposers import NgramProposer
 
 from .drafting import greedy, rows_of
@@ -23,8 +24,9 @@ def test_ngram_by_default_drafts_from_a_last_token_seen_before() -> None:
         [1, 2, 3, 9, 2, 3, 5, 1, 2, 3],  # "2 3" and "1 2 3" match: the longest wins
         [1, 2, 3, 4],  # nothing repeats
     )
-    proposal = NgramProposer().propose(rows, 3, 4, greedy(3))
+    served = ModelConfig()  # what serve loads
+    proposal = NgramProposer(served.ngram_max, served.ngram_min).propose(rows, 3, 4, greedy(3))
     assert proposal.n_drafts.tolist() == [3, 4, 0]
     assert proposal.drafts[0, :3].tolist() == [9, 3, 4]
     assert proposal.drafts[1].tolist() == [9, 2, 3, 5]
-    assert NgramProposer(min_n=2).propose(rows, 3, 4, greedy(3)).n_drafts.tolist() == [0, 4, 0]
+    assert NgramProposer(max_n=3, min_n=2).propose(rows, 3, 4, greedy(3)).n_drafts.tolist() == [0, 4, 0]
