@@ -2,12 +2,11 @@
 
 A segment keeps B rows decoding on the real models; a row that has generated its budget is
 re-prefilled with the next held-out prompt. Segments start from seeded prompts and budgets,
-so every policy given the same seed sees the same requests. Time is wall time, measured.
+so every policy given the same seed sees the same requests. Time is the decode steps' wall
+time, measured (prefills are left out: see `HFLoop.segment`).
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
@@ -41,8 +40,11 @@ class HFLoop:
         """`steps` decode steps at phase `phase`'s batch size, on requests seeded by (phase, repeat).
 
         Every contender given the same (phase, repeat) starts from the same prompts and budgets.
-        The initial prefill is not timed (it is the same for everyone); re-prefills of rows that
-        finish mid-segment are, since how soon rows finish depends on the policy.
+        Prefills are not timed, the initial one nor those of rows that finish mid-segment: every
+        contender prefills the same prompts for the same tokens, so per token a prefill costs
+        each alike, while in a segment of a few steps one long prompt's prefill (a source file
+        to edit) outweighs the segment's decode steps, and falls on whichever contender happened
+        to end a row inside it. What is compared is the decode: what the policies change.
         """
         rng = np.random.default_rng([self.seed, phase, repeat])
         batch = self.load[phase].concurrency
@@ -68,9 +70,7 @@ class HFLoop:
                 keys = {"model_key": self.model_key, "hardware_key": self.hardware_key}
                 on_step(decode_record(out, **keys, batch_size=batch, context=context, emitted=kept))
             for row in np.flatnonzero(remaining <= 0).tolist():
-                began = time.perf_counter()
                 self.runner.prefill(row, [self._item(next_prompt)])
-                result.seconds += time.perf_counter() - began
                 next_prompt += 1
                 remaining[row] = self.new_tokens
         return result

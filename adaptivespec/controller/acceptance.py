@@ -30,11 +30,17 @@ PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at b
 # drafter measured on a few rows may yet keep. With one drafter every drafting step measures
 # it; with several, a drafter is measured only when it runs, so its first steps would otherwise
 # price it by the prior and rule it out unseen. The error counts measured rows only: the prior
-# is a guess, not evidence, and a drafter never measured may keep anything.
+# is a guess, not evidence, and a drafter never measured may keep anything (a later position is
+# hoped for as its prior, the continuation rate, may yet be: see `_expected_by_k`).
 HOPE_Z = 1.0
 # After a detected change in the first draft's acceptance, a curve keeps at most this many
 # rows' worth of what it measured before: the new rows then outweigh the old at once.
 ROWS_AFTER_DRIFT = PRIOR_ROWS
+
+
+def _error(rate: float, rows: float) -> float:
+    """A rate's standard error over `rows` measured rows (one more, so that none is not zero)."""
+    return (rate * (1 - rate) / (rows + 1)) ** 0.5
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -112,12 +118,24 @@ class AcceptanceEstimator:
 
     def _expected_by_k(self, ctx: int, z: float) -> list[float]:
         rates = self.rates(ctx)
+        counts = [self._counts(ctx, j) for j in range(1, self.positions + 1)]
+        continued = sum(at_risk for _, at_risk in counts[1:])  # measured rows behind the continuation
+        # A later position is tied to the continuation rate, its prior: hoped for, it is tied to
+        # what that rate may yet be (its error from the measured rows alone), so that a deep
+        # position few rows reach is not hoped to keep nearly everything once the later
+        # positions together have been measured, and a curve measured on few rows keeps its hope.
+        continuation = rates.continuation
+        hoped_continuation = min(1.0, continuation + z * _error(continuation, continued))
         expected, survival = [1.0], 1.0
-        for j in range(1, self.positions + 1):
-            prior = rates.first if j == 1 else rates.continuation
-            kept, at_risk = self._counts(ctx, j)
-            rate = (kept + PRIOR_ROWS * prior) / (at_risk + PRIOR_ROWS)
-            survival *= min(1.0, rate + z * (rate * (1 - rate) / (at_risk + 1)) ** 0.5)
+        for j, (kept, at_risk) in enumerate(counts, start=1):
+            if j == 1:
+                rate = (kept + PRIOR_ROWS * rates.first) / (at_risk + PRIOR_ROWS)
+                hoped = rate + z * _error(rate, at_risk)
+            else:
+                rate = (kept + PRIOR_ROWS * continuation) / (at_risk + PRIOR_ROWS)
+                tied = (kept + PRIOR_ROWS * hoped_continuation) / (at_risk + PRIOR_ROWS)
+                hoped = tied + z * _error(rate, at_risk + PRIOR_ROWS)
+            survival *= min(1.0, hoped)
             expected.append(expected[-1] + survival)
         return expected
 

@@ -6,8 +6,9 @@ symmetric about it by the arm's measured error, except in four cases:
 - the upper bound of another drafter's arm than the decision's takes the tokens that drafter
   may yet keep (`hoped`: each acceptance rate a standard error up), so that a drafter measured
   on a few rows is not ruled out by its prior;
-- an arm never measured gets an optimistic step time from the cost model (`OptimisticCosts`),
-  so that it is tried unless even that cannot win;
+- an arm never measured gets an optimistic step time from the cost model (`OptimisticCosts`:
+  its drafter's chain, a smaller batch, and what any drafter's steps spent verifying at its
+  K), so that it is tried unless even that cannot win;
 - an arm measured only a few times may have met a stall (a step that lost its core), which
   only ever makes a step slower: its upper bound is widened by the machine's measured stall
   tail, shared out over its samples, and on a noisy machine an arm measured once is bounded
@@ -54,6 +55,7 @@ class ArmPrices:
     tail: float  # the machine's stall tail: how much slower its slow steps are than its typical
     seconds: Mapping[Arm, float]  # each measured arm's step seconds, shrunk towards the cost line
     support: Mapping[Arm, float]  # the steps each of those stands on, the line's share included
+    verify: Mapping[Arm, Summary]  # seconds each measured arm's steps spent verifying (OFF: whole)
 
     @classmethod
     def of(
@@ -66,10 +68,20 @@ class ArmPrices:
         window: float,
         tail: float,
         hoped: Mapping[Arm, float] | None = None,
+        verify: Mapping[Arm, Summary] | None = None,
     ) -> ArmPrices:
         seconds, support = _shrunk(times)
         return cls(
-            arms, times, tokens, tokens if hoped is None else hoped, scale, window, tail, seconds, support
+            arms,
+            times,
+            tokens,
+            tokens if hoped is None else hoped,
+            scale,
+            window,
+            tail,
+            seconds,
+            support,
+            verify or {},
         )
 
     def predicted(self) -> dict[Arm, float]:
@@ -100,7 +112,7 @@ class ArmPrices:
         best_case = {
             j: self.seconds[j] / (1 + self._upper_error(j)) if noisy else self.seconds[j] for j in predicted
         }
-        costs = OptimisticCosts(best_case, floor)
+        costs = OptimisticCosts(best_case, floor, self._verify_best(best_case))
         bounds = {}
         rivals = any(k.k and k.method != drafting for k in self.arms)
         # The leading drafter's curve moves as one up to the decision's K, which every step at
@@ -130,7 +142,9 @@ class ArmPrices:
                     allowed = [
                         seconds
                         for seconds in (
-                            _unmeasured_seconds(k, best_case, floor) if noisy else None,
+                            _unmeasured_seconds(k, best_case, floor, self._verify_best(best_case, k))
+                            if noisy
+                            else None,
                             ceiling(k) if ceiling is not None else None,
                         )
                         if seconds is not None
@@ -159,6 +173,18 @@ class ArmPrices:
             return max(error, self.tail / support)  # one of its steps may have been a stall
         return error
 
+    def _verify_best(self, best_case: Mapping[Arm, float], without: Arm | None = None) -> dict[int, float]:
+        """By K, the least verify seconds measured at K over the drafters (`without` one arm's),
+        each taken at its arm's best case, as the step's own figure is."""
+        by_k: dict[int, float] = {}
+        for j, best in best_case.items():
+            stat = self.verify.get(j)
+            if j == without or stat is None or not stat.count or self.seconds[j] <= 0:
+                continue
+            seconds = min(stat.mean, self.seconds[j]) * best / self.seconds[j]
+            by_k[j.k] = min(by_k.get(j.k, seconds), seconds)
+        return by_k
+
     def _bound_at(self, k: Arm, seconds: float, hope: float) -> float:
         """An upper bound priced at a step time the cost model allows: no error of its own."""
         return self._price(k, seconds) * hope * (1 + Z * MIN_RELATIVE_ERROR)
@@ -167,9 +193,11 @@ class ArmPrices:
         return self.tokens[k] / seconds / self.scale
 
 
-def _unmeasured_seconds(k: Arm, best_case: Mapping[Arm, float], floor: CostBound | None) -> float | None:
+def _unmeasured_seconds(
+    k: Arm, best_case: Mapping[Arm, float], floor: CostBound | None, verify: Mapping[int, float]
+) -> float | None:
     """The step time the cost model would bound a measured arm by, were it unmeasured."""
-    return OptimisticCosts({j: t for j, t in best_case.items() if j != k}, floor).seconds(k)
+    return OptimisticCosts({j: t for j, t in best_case.items() if j != k}, floor, verify).seconds(k)
 
 
 def _shrunk(times: Mapping[Arm, Summary]) -> tuple[dict[Arm, float], dict[Arm, float]]:

@@ -102,7 +102,7 @@ class Controller:
             typical = cell.evidence.typical_seconds(ran)
             if typical is not None:
                 self.stalls.observe(seconds, typical)
-            cell.evidence.observe(ran, tokens_per_row, seconds)
+            cell.evidence.observe(ran, tokens_per_row, seconds, record.verify_seconds)
             if record.catch_up_tokens:
                 cell.evidence.observe_switch(ran.method, record.catch_up_seconds)
             self.cells.changed(key)

@@ -21,6 +21,7 @@ class CellEvidence:
     settings: LearningSettings
     rewards: dict[Arm, EWStat] = field(default_factory=dict)  # observed tokens/row/s over `scale`
     seconds: dict[Arm, RobustStat] = field(default_factory=dict)  # step seconds here, switches apart
+    verify: dict[Arm, RobustStat] = field(default_factory=dict)  # ... of which verifying: this host's only
     fleet: dict[Arm, EWStat] = field(default_factory=dict)  # step seconds other hosts measured
     fleet_hosts: int = 0  # other hosts behind `fleet`
     switch: dict[str, RobustStat] = field(default_factory=dict)  # per drafter: catch-up seconds a switch
@@ -53,14 +54,19 @@ class CellEvidence:
             self._times = {k: _merged(self.seconds.get(k), self.fleet.get(k), window) for k in arms}
         return self._times
 
-    def observe(self, k: Arm, tokens_per_row: float, step_seconds: float) -> None:
-        """One step at arm `k`; `step_seconds` without any switch's catch-up (`observe_switch`)."""
+    def observe(
+        self, k: Arm, tokens_per_row: float, step_seconds: float, verify_seconds: float | None = None
+    ) -> None:
+        """One step at arm `k`; `step_seconds` without any switch's catch-up (`observe_switch`),
+        `verify_seconds` the part of it after the draft (None: not measured apart)."""
         if self.scale <= 0.0:
             self.scale = tokens_per_row / step_seconds
         self.rewards.setdefault(k, EWStat(self.settings.fading)).update(
             tokens_per_row / step_seconds / self.scale
         )
         self.seconds.setdefault(k, RobustStat()).update(step_seconds)
+        if verify_seconds is not None:
+            self.verify.setdefault(k, RobustStat()).update(min(verify_seconds, step_seconds))
         self._times = None
         self.samples += 1
 
@@ -100,7 +106,14 @@ class CellEvidence:
         hoped = {k: acceptance.hoped(k) for k in arms}
         window = self.settings.effective_samples
         return ArmPrices.of(
-            arms, self.times(), tokens, scale=self.scale, window=window, tail=tail, hoped=hoped
+            arms,
+            self.times(),
+            tokens,
+            scale=self.scale,
+            window=window,
+            tail=tail,
+            hoped=hoped,
+            verify=self.verify,
         )
 
     def saved_arms(self) -> tuple[ArmState, ...]:

@@ -12,6 +12,11 @@ measured arm it shrinks at most with the tokens verified per row (K + 1). Specul
 (`OFF`) is on every drafter's chain; one drafter's arms bound nothing of another's, except
 that a drafting step costs at least a plain one: a drafter with nothing measured on its chain
 is bounded by OFF's bound, so it can be priced (and tried) before OFF itself is measured.
+
+Every drafter's step then verifies K + 1 tokens a row (a row that found fewer drafts is padded),
+so the verify's seconds at K are the same kernel whichever drafter drafted: what one drafter's
+step at K spent verifying bounds every other drafter's step at K from below, and, along K by
+the same shape, its steps at other K (`verify`). Only the draft is a drafter's own.
 Bounded exploration then rarely skips an arm that could win, and stops trying costly ones.
 """
 
@@ -30,6 +35,8 @@ SECANT_FRACTION = 0.5
 # what a draft model or a verified column costs on the hardware we know of, so that only arms
 # far beyond the measured one are priced out before they are tried.
 PRIOR_SLOPE = 0.1
+# The share of a smaller batch's step time an arm is bounded by at a larger batch.
+BATCH_FRACTION = 0.9
 
 
 class _Chain:
@@ -60,12 +67,17 @@ class OptimisticCosts:
     """The lowest step time each arm can have, given one cell's measurements and `floor`."""
 
     def __init__(
-        self, seconds: Mapping[Arm, float], floor: Callable[[Arm], float | None] | None = None
+        self,
+        seconds: Mapping[Arm, float],
+        floor: Callable[[Arm], float | None] | None = None,
+        verify: Mapping[int, float] | None = None,
     ) -> None:
-        """`seconds`: the measured arms' step times."""
+        """`seconds`: the measured arms' step times; `verify`: by K, the least seconds a step at
+        K was measured verifying, whichever drafter drafted (K = 0: a plain step's)."""
         self._by_arm = _capped(seconds)
         self._chains: dict[str, _Chain] = {}
         self._floor = floor
+        self._verify = _Verify(verify or {})
 
     def seconds(self, arm: Arm) -> float | None:
         """A measured arm's own figure (capped as `_capped` says), else its optimistic bound."""
@@ -75,10 +87,12 @@ class OptimisticCosts:
         own = self._chain(arm.method).seconds(arm.k) if arm.k else self._off()
         if own is None and arm.k:
             own = self._off()  # a drafter nothing bounds yet: its steps cost at least a plain one
-        elsewhere = self._floor(arm) if self._floor is not None else None
-        if own is None or elsewhere is None:
-            return own if elsewhere is None else elsewhere
-        return max(own, elsewhere)
+        bounds = [
+            b
+            for b in (own, self._floor(arm) if self._floor is not None else None, self._verify.seconds(arm.k))
+            if b is not None
+        ]
+        return max(bounds, default=None)
 
     def _off(self) -> float | None:
         """OFF is on every drafter's chain: the lowest of what each chain bounds it by."""
@@ -92,6 +106,21 @@ class OptimisticCosts:
             arms = chain(self._by_arm, method)
             found = self._chains[method] = _Chain([(a.k, self._by_arm[a]) for a in arms])
         return found
+
+
+class _Verify:
+    """The verify's seconds along K, over every drafter: measured where a step ran at K, else
+    bounded by the chain's shape; never above what a larger K's verify took (it cannot fall
+    as K grows, so a smaller K measured slower met a stall)."""
+
+    def __init__(self, by_k: Mapping[int, float]) -> None:
+        ks = sorted(by_k)
+        self._at = {k: min(by_k[j] for j in ks if j >= k) for k in ks}
+        self._chain = _Chain(list(self._at.items()))
+
+    def seconds(self, k: int) -> float | None:
+        measured = self._at.get(k)
+        return measured if measured is not None else self._chain.seconds(k)
 
 
 def _measured(times: Mapping[Arm, Summary]) -> dict[Arm, float]:
@@ -114,28 +143,32 @@ def relative_cost_floor(
 ) -> Callable[[Arm], float | None]:
     """A lower bound on an arm's step time from a smaller batch bucket's step times.
 
-    On a roofline the extra tokens of a verify cost a share of the step that grows with the
-    batch (the step moves from bandwidth- to compute-bound), so t(K) / t(ref) at a smaller
-    batch is a floor for it here, for a reference arm on the same drafter's chain measured in
-    both. Where the smaller bucket never ran the arm, its own optimistic bound stands in, so a
-    freshly visited large batch does not price an expensive K as if it cost what K = 0 costs.
-    Half of the excess is taken, as above, because real kernels are not perfectly regular.
+    A step never gets cheaper with more rows (the same weights are read, more tokens computed),
+    so an arm costs here at least what it cost there (`BATCH_FRACTION` of it: neighbouring
+    buckets' kernels are not perfectly regular, nor their measurements quiet). And on a
+    roofline the extra tokens of a verify cost a share of the step that grows with the batch
+    (the step moves from bandwidth- to compute-bound), so t(K) / t(ref) at a smaller batch is a
+    floor for it here, for a reference arm on the same drafter's chain measured in both. Where
+    the smaller bucket never ran the arm, its own optimistic bound stands in, so a freshly
+    visited large batch does not price an expensive K as if it cost what K = 0 costs (nor a
+    small K as if it cost a fraction of the decision's step). Half of the relative excess is
+    taken, as above, because real kernels are not perfectly regular.
     """
     common = [a for a, s in here.items() if s.count and a in smaller_batch and smaller_batch[a].count]
-    if not common:
-        return lambda arm: None
     there, here_costs = OptimisticCosts(_measured(smaller_batch)), OptimisticCosts(_measured(here))
 
     def floor(arm: Arm) -> float | None:
-        refs = [a for a in chain(common, arm.method) if a.k < arm.k]
         seconds = there.seconds(arm)
-        if not refs or seconds is None:
+        if seconds is None:
             return None
-        ref = refs[0]
-        there_ref, here_ref = there.seconds(ref), here_costs.seconds(ref)
-        if there_ref is None or here_ref is None or there_ref <= 0:
-            return None
-        return here_ref * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0))
+        bounds = [seconds * BATCH_FRACTION]
+        refs = [a for a in chain(common, arm.method) if a.k < arm.k]
+        if refs:
+            ref = refs[0]
+            there_ref, here_ref = there.seconds(ref), here_costs.seconds(ref)
+            if there_ref is not None and here_ref is not None and there_ref > 0:
+                bounds.append(here_ref * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0)))
+        return max(bounds)
 
     return floor
 

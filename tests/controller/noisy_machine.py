@@ -23,9 +23,17 @@ class Machine:
     stall_share: float = 0.0  # steps that lose their core to another process
     stall: tuple[float, float] = (3.0, 6.0)  # ... and take this many times as long
     catch_up_per_token: float = 0.0  # seconds per row and missed token, after K = 0 steps
+    # The verify's share of the rise (the rest is the draft's): None, all of it (a drafter whose
+    # drafts cost nothing, as prompt lookup's nearly do).
+    verify_slope: float | None = None
 
     def seconds(self, k: int) -> float:
         return self.base * (1 + self.slope * k)
+
+    def draft_seconds(self, k: int) -> float:
+        """The part of a step at K its drafter spends drafting (the rest verifies K + 1 tokens)."""
+        verify_slope = self.slope if self.verify_slope is None else self.verify_slope
+        return self.base * (self.slope - verify_slope) * k
 
     def tokens(self, k: int) -> float:
         """Expected tokens a row emits per step at K."""
@@ -81,7 +89,8 @@ class Run:
         self.ks.append(k)
         return StepTelemetry(
             "m", "h", self.batch, k, 300.0, k * self.batch, sum(accepted), emitted,
-            catch_up if k else 0.0, seconds, seconds + catch_up, 0.0, k,
+            catch_up + m.draft_seconds(k) if k else 0.0, seconds - m.draft_seconds(k),
+            seconds + catch_up, 0.0, k,
             survival_counts(accepted, k), catch_up_tokens, catch_up, method,
         )  # fmt: skip
 

@@ -116,3 +116,16 @@ def test_a_change_in_acceptance_is_detected_and_the_curve_follows_it_at_once() -
         for rate in (0.8, 0.4):
             steady, none, _ = _first_rates(seed, ((460, rate),))
             assert none == 0 and abs(steady - rate) < 0.06, (seed, rate, steady)
+
+
+def test_a_position_no_row_reached_is_hoped_for_as_the_continuation_may_yet_be() -> None:
+    """Measured at K = 3 on 400 rows (first draft kept at 0.55, later ones at 0.6): positions
+    4-8 were never reached, but their prior, the continuation rate, stands on the rows of
+    positions 2-3. So K = 8 is hoped to keep at most 0.7 tokens more than K = 3 (0.62; hoping
+    each unreached position keeps every draft, as its own rows alone would: 1.29), while a
+    drafter never measured may hope for every draft kept."""
+    measured = AcceptanceEstimator(1)
+    _observe(measured, 100, 3, 4, (0.55, 0.6))
+    assert measured.hoped_tokens(0, 8) - measured.hoped_tokens(0, 3) <= 0.7
+    assert measured.hoped_tokens(0, 8) > measured.expected_tokens(0, 8)  # still a hope
+    assert AcceptanceEstimator(1).hoped_tokens(0, 8) == pytest.approx(9.0)

@@ -4,6 +4,7 @@ of them, over every drafter the runner loaded."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from adaptivespec.controller.arms import OFF, arm, arm_space, distance
 from adaptivespec.controller.controller import Controller
@@ -14,12 +15,12 @@ from .noisy_machine import Machine, Run
 STEPS = 500
 # Prompt lookup: a cheap drafter that is often wrong; a draft model: dearer, right more often.
 LOOKUP = Machine(slope=0.06, alpha=0.45)
-MODEL = Machine(slope=0.30, alpha=0.85)
+MODEL = Machine(slope=0.30, alpha=0.85, verify_slope=0.06)  # the same verify as prompt lookup's
 
 
 def _learn(drafters: dict[str, Machine], seed: int, stall_share: float = 0.0) -> tuple[Controller, Run]:
     first = next(iter(drafters.values()))
-    default = Machine(first.base, first.slope, first.alpha, stall_share=stall_share)
+    default = replace(first, stall_share=stall_share)
     controller = Controller("m", "h", methods=tuple(drafters))
     run = Run(default, 4, seed, drafters={**drafters, next(iter(drafters)): default})
     for _ in range(STEPS):
@@ -82,7 +83,10 @@ def test_a_second_drafter_is_tried_early_and_kept_when_it_wins() -> None:
 
 
 def test_where_neither_drafter_pays_it_runs_off() -> None:
-    costly = {"ngram": Machine(slope=0.6, alpha=0.2), "draft": Machine(slope=0.9, alpha=0.3)}
+    costly = {
+        "ngram": Machine(slope=0.6, alpha=0.2),
+        "draft": Machine(slope=0.9, alpha=0.3, verify_slope=0.6),
+    }
     controller, run = _learn(costly, seed=0)
     assert controller.decisions()[0].k == 0 and controller.decisions()[0].method == ""
     assert run.ks[-100:].count(0) >= 90

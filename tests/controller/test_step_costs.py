@@ -34,6 +34,23 @@ def test_a_drafter_never_run_is_bounded_by_a_plain_step_before_off_is_measured()
     assert OptimisticCosts({}).seconds(arm("suffix", 4)) is None  # nothing measured: nothing bounds it
 
 
+def test_what_one_drafter_spent_verifying_bounds_another_drafters_arms() -> None:
+    """Prompt lookup ran K = 2 and K = 4, its steps 13 and 17 ms, of which 12 and 16 verifying;
+    every drafter verifies K + 1 tokens a row, so a suffix step at K = 4 costs at least those
+    16 ms (its own chain alone, OFF only, would allow 12), and between and beyond the measured
+    K the verify keeps rising as the chain's shape says: at half the secant of the two below."""
+    measured = {OFF: 0.010, arm("ngram", 2): 0.013, arm("ngram", 4): 0.017}
+    verify = {0: 0.010, 2: 0.012, 4: 0.016}
+    costs = OptimisticCosts(measured, verify=verify)
+    assert OptimisticCosts(measured).seconds(arm("suffix", 4)) == pytest.approx(0.010 * (1 + 4 * 0.05))
+    assert costs.seconds(arm("suffix", 4)) == pytest.approx(0.016)
+    assert costs.seconds(arm("suffix", 3)) == pytest.approx(0.012 + 0.5 * 0.001)
+    assert costs.seconds(arm("suffix", 8)) == pytest.approx(0.016 + 4 * 0.5 * 0.002)
+    # a stalled verify at a smaller K never bounds more than a larger K's verify took
+    stalled = OptimisticCosts(measured, verify={0: 0.010, 2: 0.040, 4: 0.016})
+    assert stalled.seconds(arm("suffix", 2)) == pytest.approx(0.016)
+
+
 def test_a_smaller_batch_bounds_the_relative_cost_of_drafting_here() -> None:
     def stats(seconds: dict[Arm, float]) -> dict[Arm, Summary]:
         return {a: EWStat(mean=t, count=5) for a, t in seconds.items()}
@@ -47,6 +64,24 @@ def test_a_smaller_batch_bounds_the_relative_cost_of_drafting_here() -> None:
     assert relative_cost_floor(here, stalled)(arm("ngram", 4)) == pytest.approx(0.020 * 1.5)
     # a stalled K = 1 there, slower than K = 2: it counts as K = 2's 14 ms, not its own 50
     assert relative_cost_floor(here, stalled)(arm("ngram", 2)) == pytest.approx(0.020 * (1 + 0.5 * 0.4))
+
+
+def test_an_arm_costs_at_least_most_of_what_it_cost_at_a_smaller_batch() -> None:
+    """Only the decision (K = 5) measured here: its chain alone would let K = 1 cost a third of
+    its step (the tokens it verifies), but K = 1 took 20 ms one bucket down, and a step never
+    gets cheaper with more rows. An arm never run there is bounded by its bound there."""
+
+    def stats(seconds: dict[Arm, float]) -> dict[Arm, Summary]:
+        return {a: EWStat(mean=t, count=5) for a, t in seconds.items()}
+
+    one, five = arm("suffix", 1), arm("suffix", 5)
+    smaller = stats({OFF: 0.019, one: 0.020, five: 0.024})
+    here = stats({five: 0.026})
+    floor = relative_cost_floor(here, smaller)
+    assert OptimisticCosts({five: 0.026}).seconds(one) == pytest.approx(0.026 * 2 / 6)
+    assert floor(one) == pytest.approx(0.9 * 0.020)
+    assert OptimisticCosts({five: 0.026}, floor).seconds(one) == pytest.approx(0.9 * 0.020)
+    assert floor(arm("suffix", 3)) == pytest.approx(0.9 * (0.020 + 0.5 * 0.002))  # its bound there
 
 
 def test_a_smaller_batch_bounds_a_cheaper_arm_measured_here_from_above() -> None:

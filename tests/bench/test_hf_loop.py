@@ -1,0 +1,30 @@
+"""`bench control --backend hf`'s closed loop: what a segment's time is made of."""
+
+from __future__ import annotations
+
+from adaptivespec.bench.hf_loop import HFLoop
+from adaptivespec.engine.hf_runner import HFRunner
+from adaptivespec.engine.loader import load_runner
+from adaptivespec.engine.static_policy import FixedK
+from adaptivespec.engine.telemetry import StepTelemetry
+from adaptivespec.sim.workload import Phase
+
+from ..conftest import TinyPair, engine_config
+
+# Prompts long enough that prefilling one takes as long as several decode steps.
+PROMPTS = [[5 + (i * 7 + j) % 200 for j in range(160)] for i in range(6)]
+
+
+def test_a_segment_times_its_decode_steps_and_not_the_prompts_it_refills(tiny_pair: TinyPair) -> None:
+    """Rows finish inside the segment (budgets of at most 3 tokens over 12 steps) and are
+    prefilled with the next prompt: every contender prefills the same prompts for the same
+    tokens, so the segment's time is its decode steps' alone, and a policy that ends rows
+    sooner is not charged a long prompt's prefill in a segment of a few steps."""
+    runner = load_runner(engine_config(tiny_pair, "ngram"), progress=False).runner
+    assert isinstance(runner, HFRunner)
+    loop = HFLoop(runner, PROMPTS, new_tokens=3, load=(Phase(concurrency=2, steps=12),), seed=0)
+    steps: list[StepTelemetry] = []
+    result = loop.segment(0, 0, 12, FixedK(2, "ngram"), steps.append)
+    assert result.steps == len(steps) == 12
+    assert result.tokens >= 2 * 12  # every row emits a token a step: each refilled 3 times or more
+    assert result.seconds == sum(s.step_seconds for s in steps)
