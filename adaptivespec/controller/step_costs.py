@@ -12,12 +12,12 @@ measured arm it shrinks at most with the tokens verified per row (K + 1). Specul
 (`OFF`) is on every drafter's chain; one drafter's arms bound nothing of another's, except
 that a drafting step costs at least a plain one: a drafter with nothing measured on its chain
 is bounded by OFF's bound, so it can be priced (and tried) before OFF itself is measured.
+Bounded exploration then rarely skips an arm that could win, and stops trying costly ones.
 
-Every drafter's step then verifies K + 1 tokens a row (a row that found fewer drafts is padded),
-so the verify's seconds at K are the same kernel whichever drafter drafted: what one drafter's
+Every drafter's step verifies K + 1 tokens a row (a row that found fewer drafts is padded), so
+the verify's seconds at K are the same kernel whichever drafter drafted: what one drafter's
 step at K spent verifying bounds every other drafter's step at K from below, and, along K by
 the same shape, its steps at other K (`verify`). Only the draft is a drafter's own.
-Bounded exploration then rarely skips an arm that could win, and stops trying costly ones.
 """
 
 from __future__ import annotations
