@@ -114,9 +114,9 @@ class _Verify:
     as K grows, so a smaller K measured slower met a stall)."""
 
     def __init__(self, by_k: Mapping[int, float]) -> None:
-        ks = sorted(by_k)
-        self._at = {k: min(by_k[j] for j in ks if j >= k) for k in ks}
-        self._chain = _Chain(list(self._at.items()))
+        ks = sorted(by_k, reverse=True)
+        self._at = dict(zip(ks, accumulate((by_k[k] for k in ks), min), strict=True))
+        self._chain = _Chain(sorted(self._at.items()))
 
     def seconds(self, k: int) -> float | None:
         measured = self._at.get(k)
