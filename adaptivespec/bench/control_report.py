@@ -77,6 +77,13 @@ def print_table(report: dict[str, Any]) -> None:
             f"one configuration measured {spread['median']:.2f}x apart (median over buckets; worst "
             f"{spread['worst']:.2f}x): policies closer than that are within this machine's noise"
         )
+        if "adaptive_minus_cross_fitted_best_static" in c:
+            print(
+                f"adaptive - the best static chosen on the other repeats "
+                f"({', '.join(c['cross_fitted_best_static'])}, by repeat): "
+                f"{c['adaptive_minus_cross_fitted_best_static']:+.3f}; adaptive >= it - 1%: "
+                f"{c['adaptive_ge_cross_fitted_best_static']}"
+            )
         if "ratio_to_cross_fitted_oracle" in adaptive:
             point, low, high = adaptive["ratio_to_cross_fitted_oracle"]
             print(f"adaptive against the cross-fitted oracle: {point:.3f} [{low:.3f}, {high:.3f}]")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from adaptivespec.bench.cross_fit import cross_fitted_rival, repeat_ratios
 from adaptivespec.bench.interleaved import Contender, Measurement, merge, totals
 from adaptivespec.bench.learning_metrics import steps_to_reach
 from adaptivespec.bench.lineup import Lineup
@@ -238,7 +239,20 @@ def _comparisons(
             "best_single_drafter_adaptive": best_alone,
             "adaptive_ge_best_single_drafter": ours >= (1 - POINT_MARGIN) * alone[best_alone],
         }
-    return single | {
+    fitted: dict[str, Any] = {}
+    if measurement.repeats >= 2:
+        tokens, seconds = totals(measurement, names)
+        rivals, picks = cross_fitted_rival(
+            tokens, seconds, oracle.tokens, oracle.seconds, [names.index(n) for n in statics]
+        )
+        mine = repeat_ratios(tokens, seconds, oracle.tokens, oracle.seconds)[names.index("adaptive")]
+        bar = (1 - POINT_MARGIN) * np.mean(rivals)
+        fitted = {
+            "cross_fitted_best_static": [names[i] for i in picks],
+            "adaptive_minus_cross_fitted_best_static": float(np.mean(mine - rivals)),
+            "adaptive_ge_cross_fitted_best_static": bool(np.mean(mine) >= bar),
+        }
+    verdicts = {
         "best_static": best,
         "adaptive_minus_best_static": versus_best.to_json(),
         "adaptive_minus_off": versus_off.to_json(),
@@ -247,6 +261,7 @@ def _comparisons(
         "adaptive_ge_off": ours >= full.ratio(names.index("off")).point,
         "first_holds_at_steps_per_bucket": None if first is None else first * measurement.segment_steps,
     }
+    return single | fitted | verdicts
 
 
 def _sample_efficiency(merged: dict[str, list[PhaseResult]], oracle: list[PhaseResult]) -> dict[str, float]:

@@ -1,10 +1,10 @@
 """The target writes its continuations of the training prompts through the serving engine.
 
-The teacher needs the target's own text after each prompt, greedy for every other prompt and
-sampled for the rest. Written one padded batch at a time by transformers' `generate`, that
-text was most of train-draft's time; the engine runs the prompts as one continuous batch,
-refilling rows as requests finish, with its packed linears. Nothing is drafted (K = 0), so
-the text is exactly the target's.
+The teacher needs the target's own text after each prompt, greedy for half the prompts of
+each shape and sampled for the other half. Written one padded batch at a time by
+transformers' `generate`, that text was most of train-draft's time; the engine runs the
+prompts as one continuous batch, refilling rows as requests finish, with its packed linears.
+Nothing is drafted (K = 0), so the text is exactly the target's.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.static_policy import FixedK
+from adaptivespec.train.corpus import SHAPES
 
 ROWS = 32  # rows decoding at once (the size measured against generate: docs/decisions.md)
 SAMPLED_TEMPERATURE, SAMPLED_TOP_P = 0.8, 0.95
@@ -44,8 +45,13 @@ class Continuations:
 
 
 def sampling(index: int, new_tokens: int, seed: int) -> SamplingParams:
-    """Greedy for even prompts, sampled for odd ones (each its own seed)."""
-    if index % 2 == 0:
+    """Greedy and sampled (each its own seed) in turn, one round of the prompts' shapes at a time.
+
+    The prompts come with their shapes interleaved (corpus.py): alternating prompt by prompt
+    would give every raw window a greedy continuation and every chat request a sampled one,
+    so the head would never see the target copying a function greedily, as code edits
+    served at temperature 0 have it do."""
+    if (index // SHAPES) % 2 == 0:
         return SamplingParams(max_tokens=new_tokens, temperature=0.0)
     return SamplingParams(
         max_tokens=new_tokens, temperature=SAMPLED_TEMPERATURE, top_p=SAMPLED_TOP_P, seed=seed + index

@@ -14,6 +14,7 @@ from adaptivespec.engine.demo_models import training_documents
 from adaptivespec.engine.prompt_text import chat_ids, functions
 from adaptivespec.engine.tokenizer import Tokenizer
 
+SHAPES = 2  # training_prompts interleaves its shapes: raw window, chat request, raw window, ...
 _ASKS = (
     "Explain what `{name}` does, briefly.",
     "Add a one-line docstring to `{name}`. Reply with the whole function.",

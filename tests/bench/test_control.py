@@ -118,6 +118,9 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     spread = report["same_configuration_spread"]
     assert 1.0 <= spread["median"] <= spread["worst"]
     assert 0.0 <= report["policies"]["adaptive"]["exploration"]["dominated_share"] <= 1.0
+    picks = comparisons["cross_fitted_best_static"]
+    assert len(picks) == report["repeats"] and set(picks) <= static
+    assert isinstance(comparisons["adaptive_ge_cross_fitted_best_static"], bool)
     point, low, high = report["policies"]["adaptive"]["ratio_to_cross_fitted_oracle"]
     assert 0 < low <= high and point > 0
     assert {"adaptive_steps_to_95", "plain_ucb_steps_to_95"} <= report["sample_efficiency"].keys()
