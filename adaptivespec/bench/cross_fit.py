@@ -31,15 +31,12 @@ def cross_fitted_rival(
     repeats = tokens.shape[2]
     if repeats < 2:
         raise ValueError("a cross-fitted choice needs at least 2 repeats")
-    chosen, scores = [], np.zeros(repeats)
+    alone = repeat_ratios(tokens, seconds, oracle_tokens, oracle_seconds)  # [contender, repeat]
+    chosen = []
     for r in range(repeats):
-        others = np.arange(repeats) != r
-        fitted = _ratios_over(tokens, seconds, oracle_tokens, oracle_seconds, others)
-        pick = max(rivals, key=lambda c: fitted[c])
-        alone = _ratios_over(tokens, seconds, oracle_tokens, oracle_seconds, ~others)
-        chosen.append(pick)
-        scores[r] = alone[pick]
-    return scores, chosen
+        fitted = _ratios_over(tokens, seconds, oracle_tokens, oracle_seconds, np.arange(repeats) != r)
+        chosen.append(max(rivals, key=lambda c: fitted[c]))
+    return alone[chosen, np.arange(repeats)], chosen
 
 
 def repeat_ratios(
