@@ -64,6 +64,7 @@ class Controller:
         self.arms = arm_space(methods, self.config.settings.arms)
         self.ingested = 0
         self.rejected = 0
+        self.shadow_rows = 0  # rows the drafters that did not run were scored on (shadow drafts)
         self.cells = CellTable(self.config.settings, self.arms)
         self.controls = OperatorControls(max(self.config.settings.arms), methods)
         self.log = DecisionLog(self.config.history_limit)
@@ -94,6 +95,11 @@ class Controller:
         estimator = self.acceptance.get(ran.method)
         if estimator is not None:
             estimator.observe(key[0], ran.k, record.batch_size, record.kept_at_least)
+        for shadow in record.shadow:  # what the drafters that did not run would have kept
+            other = self.acceptance.get(shadow.method)
+            if other is not None:
+                other.observe(key[0], shadow.k, shadow.rows, shadow.kept_at_least)
+                self.shadow_rows += shadow.rows
         cell = self.cells.cell(key, self.start_arm)
         if ran in cell.arms:  # credited to the arm chosen, whatever the drafter found
             tokens_per_row = record.emitted / record.batch_size
@@ -165,9 +171,14 @@ class Controller:
 
     def exploration(self) -> dict[str, float]:
         """Steps spent on arms the measurements already showed to be worse than the decision,
-        and the changes of acceptance detected (each made its drafter forget older rows)."""
+        the changes of acceptance detected (each made its drafter forget older rows), and the
+        rows other drafters were scored on without running (shadow drafts)."""
         changes = sum(estimator.drifts for estimator in self.acceptance.values())
-        return {**exploration(self.cells), "acceptance_changes": float(changes)}
+        return {
+            **exploration(self.cells),
+            "acceptance_changes": float(changes),
+            "shadow_rows": float(self.shadow_rows),
+        }
 
     # ---- operator controls: each applied live and recorded in the history ---------------------
     def set_overrides(self, overrides: tuple[Override, ...], reason: str = "override") -> None:

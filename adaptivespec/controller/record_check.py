@@ -1,5 +1,6 @@
 """Whether a step's telemetry is one the controller may learn from: times finite and ordered,
-counts consistent (rows keeping j drafts are a subset of those keeping j - 1)."""
+counts consistent (rows keeping j drafts are a subset of those keeping j - 1), the step's own and
+those of the drafters scored beside it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,17 @@ def valid(record: StepTelemetry) -> bool:
         return False
     if not 0 <= record.width <= record.k or len(record.kept_at_least) != record.width:
         return False
-    kept = (record.batch_size, *record.kept_at_least)
-    if any(later < 0 or later > earlier for earlier, later in itertools.pairwise(kept)):
+    if not _survival(record.batch_size, record.kept_at_least):
         return False
+    for shadow in record.shadow:
+        if shadow.k < 1 or len(shadow.kept_at_least) != shadow.k:
+            return False
+        if not _survival(shadow.rows, shadow.kept_at_least):
+            return False
     return 0 <= record.accepted <= record.drafted and sum(record.kept_at_least) == record.accepted
+
+
+def _survival(rows: int, kept_at_least: tuple[int, ...]) -> bool:
+    """Rows keeping j drafts are a subset of those keeping j - 1, and there is at least one row."""
+    kept = (rows, *kept_at_least)
+    return rows >= 1 and not any(later < 0 or later > earlier for earlier, later in itertools.pairwise(kept))

@@ -24,6 +24,7 @@ from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import BatchSampling, SamplingParams, next_tokens
 from adaptivespec.engine.segments import SegmentLayout
+from adaptivespec.engine.shadow_drafts import HostDrafter, ShadowDrafts
 from adaptivespec.engine.target_passes import TargetPasses
 from adaptivespec.engine.thread_governor import ThreadGovernor
 from adaptivespec.engine.verification import verify
@@ -74,6 +75,9 @@ class HFRunner:
         self.device = self.target.device
         self.rows = RowState.allocate(max_batch, self.cache_len, self.device)
         self.row_sampling = RowSampling(max_batch, self.device)
+        # The cheap drafters also draft beside the one a step runs, scored later (shadow_drafts.py).
+        host_drafters = [p for p in proposers if isinstance(p, HostDrafter)]
+        self.shadow = ShadowDrafts(host_drafters, self.max_spec_tokens)
 
     @property
     def models(self) -> list[PreTrainedModel]:
@@ -188,6 +192,7 @@ class HFRunner:
     def _open_rows(self, row_start: int, items: list[PrefillItem]) -> int:
         """Rows whose prompt completes now get its tokens and sampling; returns how many
         (the first ones: only the last item may stop short)."""
+        self.shadow.forget_rows(range(row_start, row_start + len(items)))
         done = 0
         for r, item in enumerate(items):
             if item.completes:
@@ -211,6 +216,7 @@ class HFRunner:
     @torch.inference_mode()
     def decode(self, batch: int, k: int, method: str | None = None) -> DecodeOutput:
         self._settle_threads()
+        shadow = self.shadow.score(self.rows, batch)  # bookkeeping of earlier steps: not this step's time
         began, began_mark = time.perf_counter(), self.clock.mark()
         sampling = self._sampling(slice(0, batch))
         old_lens = self.rows.host_lens[:batch].copy()
@@ -220,6 +226,8 @@ class HFRunner:
         ahead = proposer is not None and proposer.full_width
         verify_layout = self._verify_layout(batch, k + 1) if ahead else None
         proposal = self._propose(proposer, batch, k, sampling)
+        if proposer is not None:  # the drafting arm's time: a step at K = 0 does no proposer work
+            self.shadow.draft(self.rows, batch, proposer.method)
         drafted_mark = self.clock.mark()
         if proposal is None:
             host_tokens, accepted = self._plain_step(batch, sampling)
@@ -246,6 +254,7 @@ class HFRunner:
             step_seconds=step_seconds,
             catch_up_tokens=0 if catch_up is None else catch_up.tokens,
             catch_up_seconds=0.0 if catch_up is None else self.clock.between(catch_up.began, catch_up.ended),
+            shadow=shadow,
         )
 
     def move_rows(self, srcs: list[int], dsts: list[int]) -> None:
@@ -257,6 +266,7 @@ class HFRunner:
         self.rows.move(srcs, dsts)
         for proposer in self.proposers.values():
             proposer.move_rows(srcs, dsts, upto)
+        self.shadow.move(srcs, dsts)
         self.row_sampling.move(srcs, dsts, src, dst)
 
     def forget_history(self) -> None:
@@ -264,6 +274,7 @@ class HFRunner:
         the rows must be prefilled again before the next step."""
         for proposer in self.proposers.values():
             proposer.forget()
+        self.shadow.forget()
 
     def close(self) -> None:
         """Done with this runner: its drafters let go of the target (another runner may share it)."""

@@ -187,17 +187,21 @@ class NgramProposer:
         return None
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
-        lens = rows.host_lens[:batch]
-        tokens = rows.host_tokens[:batch, : int(lens.max())]
-        follow = np.full(batch, -1, dtype=np.int64)  # [B] index of the first copied token, -1 = no match
+        drafts, n_drafts = self.draft_rows(rows, np.arange(batch), k)
+        device = rows.tokens.device
+        return Proposal(upload(drafts, device), upload(n_drafts, device), n_drafts)
+
+    def draft_rows(self, rows: RowState, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """[n, K] drafts and [n] counts for the rows in `indices`, from the host's tokens."""
+        lens = rows.host_lens[indices]
+        tokens = rows.host_tokens[indices, : int(lens.max())]
+        follow = np.full(len(indices), -1, dtype=np.int64)  # [n] index of the first copied token, -1 = none
         for n in range(self.max_n, self.min_n - 1, -1):
             found = self._last_match(tokens, lens, n)
             follow = np.where((follow < 0) & (found >= 0), found + n, follow)
         index = np.minimum(np.maximum(follow, 0)[:, None] + np.arange(k), tokens.shape[1] - 1)
-        drafts = np.take_along_axis(tokens, index, axis=1)  # [B, K]
-        n_drafts = np.where(follow >= 0, np.minimum(lens - follow, k), 0)
-        device = rows.tokens.device
-        return Proposal(upload(drafts, device), upload(n_drafts, device), n_drafts)
+        drafts = np.take_along_axis(tokens, index, axis=1)  # [n, K]
+        return drafts, np.where(follow >= 0, np.minimum(lens - follow, k), 0)
 
     @staticmethod
     def _last_match(tokens: np.ndarray, lens: np.ndarray, n: int) -> np.ndarray:

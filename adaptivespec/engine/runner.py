@@ -51,6 +51,17 @@ class PrefillOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class ShadowScore:
+    """What a drafter that did not run would have kept, over rows whose output has since
+    covered its drafts (shadow_drafts.py): counted as a step of its own at K = `k`."""
+
+    method: str
+    k: int  # drafts each row was scored on
+    rows: int
+    kept_at_least: tuple[int, ...]  # [j - 1]: rows whose first j drafts the output matched, j = 1..k
+
+
+@dataclass(frozen=True, slots=True)
 class DecodeOutput:
     tokens: list[list[int]]  # tokens emitted per row, 1 to k+1 each
     drafted: list[int]  # drafts proposed per row
@@ -65,6 +76,7 @@ class DecodeOutput:
     # tokens it missed at K = 0 and the seconds its catch-up forward took, within draft_seconds.
     catch_up_tokens: int = 0
     catch_up_seconds: float = 0.0
+    shadow: tuple[ShadowScore, ...] = ()  # other drafters' drafts scored this step
 
 
 class Runner(Protocol):

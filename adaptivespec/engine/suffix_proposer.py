@@ -73,10 +73,16 @@ class SuffixProposer:
             self.prompt_len[row] = start + len(chunk)
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
+        drafts, n_drafts = self.draft_rows(rows, np.arange(batch), k)
+        device = rows.tokens.device
+        return Proposal(upload(drafts, device), upload(n_drafts, device), n_drafts)
+
+    def draft_rows(self, rows: RowState, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """[n, K] drafts and [n] counts for the rows in `indices`; their trees catch up first."""
         depth, settings = self.settings.max_tree_depth, self.settings
-        drafts = np.zeros((batch, k), dtype=np.int64)  # [B, K]
-        n_drafts = np.zeros(batch, dtype=np.int64)  # [B]
-        for row in range(batch):
+        drafts = np.zeros((len(indices), k), dtype=np.int64)  # [n, K]
+        n_drafts = np.zeros(len(indices), dtype=np.int64)  # [n]
+        for i, row in enumerate(indices.tolist()):
             end = int(rows.host_lens[row])
             tokens = rows.host_tokens[row]
             self._feed(row, tokens, end)
@@ -89,10 +95,9 @@ class SuffixProposer:
                 min_token_prob=settings.min_token_prob,
             )
             found = draft.token_ids[:k]
-            drafts[row, : len(found)] = found
-            n_drafts[row] = len(found)
-        device = rows.tokens.device
-        return Proposal(upload(drafts, device), upload(n_drafts, device), n_drafts)
+            drafts[i, : len(found)] = found
+            n_drafts[i] = len(found)
+        return drafts, n_drafts
 
     def _feed(self, row: int, tokens: np.ndarray, end: int) -> None:
         """Brings the row's trees up to its `end` tokens (the prompt first, at its first draft)."""

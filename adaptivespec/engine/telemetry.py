@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from itertools import accumulate
 
-from adaptivespec.engine.runner import DecodeOutput
+from adaptivespec.engine.runner import DecodeOutput, ShadowScore
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,9 @@ class StepTelemetry:
     catch_up_tokens: int = 0
     catch_up_seconds: float = 0.0
     method: str = ""  # the drafter the step ran ("ngram", "draft", "suffix", "eagle3"); "" at K = 0
+    # Other drafters' drafts of earlier steps, scored against what the target since wrote
+    # (shadow_drafts.py): their acceptance, learned without running them.
+    shadow: tuple[ShadowScore, ...] = ()
 
 
 def decode_record(
@@ -59,6 +62,7 @@ def decode_record(
         kept_at_least=survival_counts(out.accepted, out.width),
         catch_up_tokens=out.catch_up_tokens,
         catch_up_seconds=out.catch_up_seconds,
+        shadow=out.shadow,
     )
 
 

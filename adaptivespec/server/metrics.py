@@ -72,6 +72,18 @@ class Metrics:
             ["method", "k"],
             registry=r,
         )
+        self.shadow_rows = Counter(
+            "adaptivespec:spec_decode_shadow_rows",
+            "Rows a drafter that did not run drafted for, scored against the output (shadow drafts).",
+            ["method"],
+            registry=r,
+        )
+        self.shadow_kept = Counter(
+            "adaptivespec:spec_decode_shadow_kept_tokens",
+            "Of those rows' drafts, the tokens a verify would have kept (the output's matched prefix).",
+            ["method"],
+            registry=r,
+        )
         self.k = Gauge(
             "adaptivespec:spec_k",
             "Decided K per bucket (the same as /admin/thresholds).",
@@ -111,6 +123,9 @@ class Metrics:
             arm = (record.method, str(record.k))
             self.catch_up_seconds.labels(*arm).inc(record.catch_up_seconds)
             self.catch_up_tokens.labels(*arm).inc(record.catch_up_tokens)
+        for shadow in record.shadow:
+            self.shadow_rows.labels(shadow.method).inc(shadow.rows)
+            self.shadow_kept.labels(shadow.method).inc(sum(shadow.kept_at_least))
 
     async def consume(self, subscription: Subscription) -> None:
         while True:

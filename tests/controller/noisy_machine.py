@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adaptivespec.engine.runner import ShadowScore
+from adaptivespec.engine.shadow_drafts import ROWS_PER_STEP
 from adaptivespec.engine.spec_policy import SpecPolicy
 from adaptivespec.engine.telemetry import StepTelemetry, survival_counts
 
@@ -50,14 +52,23 @@ class Run:
     """Steps one policy on the machine at one batch size, as an engine would."""
 
     def __init__(
-        self, machine: Machine, batch: int, seed: int, drafters: Mapping[str, Machine] | None = None
+        self,
+        machine: Machine,
+        batch: int,
+        seed: int,
+        drafters: Mapping[str, Machine] | None = None,
+        shadows: bool = True,
     ) -> None:
         """`drafters`: by method, when the policy names them; `machine` is the default drafter
-        ("draft"), and its base cost and stalls are every step's."""
+        ("draft"), and its base cost and stalls are every step's. `shadows`: a drafting step
+        reports what the other named drafters would have kept (a runner's shadow drafts)."""
         self.machine = machine
         self.drafters = {"draft": machine, **(drafters or {})}
         self.batch = batch
         self.rng = np.random.default_rng(seed)
+        # The other drafters' shadow drafts draw apart, so that a run's own steps stay as seeded.
+        self.shadow_rng = np.random.default_rng([seed, 1])
+        self.shadows = shadows
         self.tokens = 0
         self.seconds = 0.0
         self.ks: list[int] = []
@@ -92,7 +103,21 @@ class Run:
             catch_up + m.draft_seconds(k) if k else 0.0, seconds - m.draft_seconds(k),
             seconds + catch_up, 0.0, k,
             survival_counts(accepted, k), catch_up_tokens, catch_up, method,
+            self._shadow(method) if k and self.shadows else (),
         )  # fmt: skip
+
+    def _shadow(self, running: str) -> tuple[ShadowScore, ...]:
+        """What the other drafters would have kept on a few rows, at the largest K (as the
+        runner's shadow drafts report it)."""
+        rows, horizon = min(self.batch, ROWS_PER_STEP), max(ARMS)
+        scores = []
+        for name, drafter in self.drafters.items():
+            if name in (running, "draft"):
+                continue
+            kept = self.shadow_rng.random((rows, horizon)) < drafter.alpha
+            per_row = np.cumprod(kept, axis=1).sum(axis=1).tolist()
+            scores.append(ShadowScore(name, horizon, rows, survival_counts(per_row, horizon)))
+        return tuple(scores)
 
     @property
     def goodput(self) -> float:

@@ -28,13 +28,13 @@ def _machines(batch: int) -> dict[str, Machine]:
     }
 
 
-def _sweep(seed: int) -> tuple[float, float]:
+def _sweep(seed: int, shadows: bool = True) -> tuple[float, float]:
     """Goodput over the best arm's, and distinct arms run, each averaged over the buckets."""
     controller = Controller("m", "h", methods=("ngram", "suffix"))
     ratios, tried = [], []
     for batch in BATCHES:
         drafters = _machines(batch)
-        run = Run(drafters["ngram"], batch, seed * 100 + batch, drafters=drafters)
+        run = Run(drafters["ngram"], batch, seed * 100 + batch, drafters=drafters, shadows=shadows)
         for _ in range(20):
             assert controller.ingest(run.step(controller.live))
         ran = [drafters[m or "ngram"] for m in run.methods]
@@ -47,10 +47,11 @@ def _sweep(seed: int) -> tuple[float, float]:
 
 
 def test_a_fresh_bucket_spends_its_short_horizon_on_arms_that_may_win() -> None:
-    """Over 30 seeds the run keeps 0.925 of the best arm's goodput on the mean, running 8.6 of
-    the 15 arms a bucket (before the verify's bound, the batch floor and the continuation's
-    hope: 0.904 and 10.3). The bars sit between; the machine and the seeds are fixed, so
-    the figures are exact, not a sample."""
+    """Over 30 seeds the run keeps 0.945 of the best arm's goodput on the mean, running 7.8 of
+    the 15 arms a bucket. Without the shadow drafts (the drafter that did not run learned only
+    when it runs): 0.925 and 8.6; before the verify's bound, the batch floor and the
+    continuation's hope: 0.904 and 10.3. The bars sit between; the machine and the seeds are
+    fixed, so the figures are exact, not a sample."""
     runs = [_sweep(seed) for seed in range(SEEDS)]
-    assert statistics.mean(r for r, _ in runs) >= 0.915
-    assert statistics.mean(t for _, t in runs) <= 9.0
+    assert statistics.mean(r for r, _ in runs) >= 0.935
+    assert statistics.mean(t for _, t in runs) <= 8.2

@@ -13,6 +13,7 @@ from adaptivespec.controller.buckets import batch_bucket, context_bucket
 from adaptivespec.controller.controller import Controller, ControllerConfig
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.overrides import Override
+from adaptivespec.engine.runner import ShadowScore
 from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.errors import ConfigError
@@ -59,6 +60,10 @@ def test_learns_close_to_the_oracle_and_beats_every_static_baseline() -> None:
         {"catch_up_seconds": -0.001},
         {"catch_up_seconds": 0.012},  # all of the step, or more
         {"catch_up_tokens": -1},
+        {"shadow": (ShadowScore("ngram", 2, 4, (1, 2)),)},  # more rows kept the second draft
+        {"shadow": (ShadowScore("ngram", 2, 4, (5, 1)),)},  # more rows than were scored
+        {"shadow": (ShadowScore("ngram", 3, 4, (1, 1)),)},  # one count per drafted position
+        {"shadow": (ShadowScore("ngram", 2, 0, (0, 0)),)},  # no row scored
     ],
 )
 def test_bad_telemetry_is_rejected_and_counted(bad: dict[str, object]) -> None:

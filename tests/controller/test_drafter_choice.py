@@ -98,3 +98,23 @@ def test_each_drafter_keeps_its_own_acceptance() -> None:
     ctx = 0
     ngram, draft = controller.acceptance["ngram"], controller.acceptance["draft"]
     assert draft.rates(ctx).first > ngram.rates(ctx).first + 0.2
+
+
+def test_a_drafter_that_never_ran_is_learned_from_its_shadow_drafts() -> None:
+    """Steps that run prompt lookup carry suffix decoding's shadow drafts: its acceptance is
+    then known without a step spent on it, and the optimistic curve narrows to it."""
+    drafters = {"ngram": LOOKUP, "suffix": replace(MODEL, alpha=0.75)}
+    controller = Controller("m", "h", methods=("ngram", "suffix"))
+    shadowed, alone = (Run(LOOKUP, 4, seed=5, drafters=drafters, shadows=s) for s in (True, False))
+    ngram_only = FixedK(2, "ngram")
+    for _ in range(60):
+        assert controller.ingest(shadowed.step(ngram_only))
+    blind = Controller("m", "h", methods=("ngram", "suffix"))
+    for _ in range(60):
+        assert blind.ingest(alone.step(ngram_only))
+    suffix = arm("suffix", 4)
+    # 60 steps x 4 rows scored at K = 8: the first draft's rate within a few points of 0.75.
+    assert abs(controller.acceptance["suffix"].rates(0).first - 0.75) < 0.08
+    assert blind.acceptance["suffix"].rows(0) == 0
+    learned, unlearned = controller.acceptance_of(0), blind.acceptance_of(0)
+    assert learned.hoped(suffix) - learned(suffix) < 0.5 * (unlearned.hoped(suffix) - unlearned(suffix))

@@ -2,6 +2,7 @@ from dataclasses import replace
 
 from prometheus_client import generate_latest
 
+from adaptivespec.engine.runner import ShadowScore
 from adaptivespec.engine.telemetry import StepTelemetry
 from adaptivespec.server.metrics import Metrics
 
@@ -20,3 +21,13 @@ def test_a_switch_shows_its_catch_up_by_the_arm_that_made_it() -> None:
     assert 'adaptivespec:spec_decode_catch_up_tokens_total{k="2",method="draft"} 40.0' in text
     assert 'adaptivespec:spec_decode_catch_up_tokens_total{k="4",method="draft"} 8.0' in text
     assert 'adaptivespec:spec_decode_catch_up_tokens_total{k="2",method="eagle3"} 5.0' in text
+
+
+def test_shadow_drafts_show_what_a_drafter_that_did_not_run_would_have_kept() -> None:
+    metrics = Metrics()
+    shadow = (ShadowScore("ngram", 4, 3, (2, 1, 1, 0)),)
+    metrics.observe(replace(STEP, shadow=shadow))
+    metrics.observe(replace(STEP, shadow=shadow))
+    text = generate_latest(metrics.registry).decode()
+    assert 'adaptivespec:spec_decode_shadow_rows_total{method="ngram"} 6.0' in text
+    assert 'adaptivespec:spec_decode_shadow_kept_tokens_total{method="ngram"} 8.0' in text
