@@ -165,7 +165,8 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--runtime",
         choices=RUNTIMES,
-        help="what runs the target's forwards: torch (default) or openvino (CPU, f32; pip install openvino)",
+        help="what runs the target's forwards: auto (default: openvino on a CPU where it is installed "
+        "and can run this configuration, torch elsewhere), torch, or openvino (CPU, f32)",
     )
     serve.add_argument("--max-batch", type=int)
     serve.add_argument("--max-queued", type=int)

@@ -17,7 +17,7 @@ AttentionKind = Literal["packed-gqa", "sdpa"]
 CompileKind = Literal["off", "on"]
 LinearKind = Literal["packed", "torch"]
 OverlapKind = Literal["on", "off"]
-RuntimeKind = Literal["torch", "openvino"]
+RuntimeKind = Literal["auto", "torch", "openvino"]
 
 DEMO_MODEL = "demo"
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -129,10 +129,11 @@ class ModelConfig:
     # "packed": on a CPU, linear weights are reordered once for oneDNN (packed_linear.py);
     # "torch" keeps torch's own linear. No effect on cuda, nor with compile on (inductor's linears).
     linear: LinearKind = "packed"
-    # What runs the target's forwards: "torch" (transformers' modules), or "openvino" (the model
-    # converted once to OpenVINO, its attention paged; CPU only, f32; openvino_target.py).
-    # Drafters, sampling and verification stay ours either way.
-    runtime: RuntimeKind = "torch"
+    # What runs the target's forwards: "torch" (transformers' modules), "openvino" (the model
+    # converted once to OpenVINO, its attention paged; CPU only, f32; openvino_target.py), or
+    # "auto": OpenVINO where the rest of this configuration runs there, torch elsewhere
+    # (runtime_choice.py). Drafters, sampling and verification stay ours either way.
+    runtime: RuntimeKind = "auto"
 
     def __post_init__(self) -> None:
         _require(self.runtime in RUNTIMES, f"runtime must be one of {RUNTIMES}, got {self.runtime!r}")

@@ -83,6 +83,9 @@ def engine_config(pair: TinyPair, proposer: str = "draft", **limits: int) -> Eng
         proposer=proposer,  # type: ignore[arg-type]
         device=TEST_DEVICE,  # type: ignore[arg-type]
         dtype="float32",
+        # The engine's own tests run the torch runtime; the openvino runtime's are its own
+        # (test_openvino_runtime.py), and serve's default picks one (runtime_choice.py).
+        runtime="torch",
     )
     settings = {"max_batch": 16, "max_context": 256, "max_queued": 64} | limits
     return EngineConfig(models=models, **settings)

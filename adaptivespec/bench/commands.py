@@ -111,7 +111,10 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _load(args: argparse.Namespace, max_batch: int, max_context: int) -> LoadedModels:
-    models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    # The torch runtime's own steps (what this measures); `bench workload` takes --runtime.
+    models = ModelConfig(
+        target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, runtime="torch"
+    )
     config = EngineConfig(max_batch=max_batch, max_context=max_context, threads=args.threads, models=models)
     return load_runner(config)
 

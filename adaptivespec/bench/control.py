@@ -134,8 +134,13 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
         raise ConfigError("--background-load must be >= 0")
     if steps < 1 or not 1 <= repeats <= steps:
         raise ConfigError("--steps-per-bucket must be >= 1 and --repeats in [1, steps per bucket]")
+    # On the torch runtime, as the controller's figures in docs/results.md were measured.
     models = ModelConfig(
-        target=args.target or DEFAULT_MODEL, draft=args.draft, proposer=args.proposer, device="auto"
+        target=args.target or DEFAULT_MODEL,
+        draft=args.draft,
+        proposer=args.proposer,
+        device="auto",
+        runtime="torch",
     )
     tokenizer = load_tokenizer(str(resolve_models(models, progress=False)[0].path))
     if args.traffic == "chat":

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"unknown drafters {unknown}: choose among {CONTENDERS}")
     if any("suffix" in d for d in drafters) and not suffix_available():
         raise SystemExit("suffix needs arctic-inference: run ops/install-suffix.sh")
+    # The torch runtime's own steps (what this measures); `bench workload` takes --runtime.
     models = ModelConfig(
         target=args.target,
         proposer="ngram",
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace) -> None:
         ngram_min=args.ngram_min,
         suffix_spec_factor=args.suffix_spec_factor,
         suffix_min_prob=args.suffix_min_prob,
+        runtime="torch",
     )
     ks = [int(k) for k in str(args.k).split(",")]
     config = EngineConfig(

@@ -107,8 +107,14 @@ def run(args: argparse.Namespace) -> None:
     """Everything torch does (loading, our engine, the baselines) runs on one compute thread."""
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
+    # The torch runtime's own steps (what this measures); `bench workload` takes --runtime.
     models = ModelConfig(
-        target=args.target, draft=args.draft, device="cpu", dtype="float32", linear=args.linear
+        target=args.target,
+        draft=args.draft,
+        device="cpu",
+        dtype="float32",
+        linear=args.linear,
+        runtime="torch",
     )
     config = EngineConfig(
         max_batch=64, max_context=1100, overlap=args.overlap, threads=args.threads, models=models

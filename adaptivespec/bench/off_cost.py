@@ -55,8 +55,14 @@ def run(args: argparse.Namespace) -> None:
     if with_draft and not (args.draft or args.target == DEMO_MODEL):
         raise SystemExit("the draft drafter needs --draft (or --target demo)")
     proposer: ProposerKind = "draft" if with_draft else "ngram"
+    # The torch runtime's own steps (what this measures); `bench workload` takes --runtime.
     models = ModelConfig(
-        target=args.target, draft=args.draft, proposer=proposer, device="cpu", dtype="float32"
+        target=args.target,
+        draft=args.draft,
+        proposer=proposer,
+        device="cpu",
+        dtype="float32",
+        runtime="torch",
     )
     batch_rows = max(args.batches)
     config = EngineConfig(

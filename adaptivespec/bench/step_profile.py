@@ -60,8 +60,14 @@ def run(args: argparse.Namespace) -> None:
     for name in ("batch", "context", "steps", "top"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} must be at least 1, got {getattr(args, name)}")
+    # The torch runtime's own steps (what this measures); `bench workload` takes --runtime.
     models = ModelConfig(
-        target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, linear=args.linear
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        linear=args.linear,
+        runtime="torch",
     )
     horizon = args.context + (args.steps + WARM_UP_STEPS + 1) * (args.k + 1) + 1
     loaded = load_runner(

@@ -153,7 +153,10 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> None:
     horizon = args.context + (args.steps + 2) * (max(args.ks) + 1) + 1
-    models = ModelConfig(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
+    # The torch runtime's own steps (what this measures); `bench workload` takes --runtime.
+    models = ModelConfig(
+        target=args.target, draft=args.draft, device=args.device, dtype=args.dtype, runtime="torch"
+    )
     loaded = load_runner(
         EngineConfig(max_batch=max(args.batches), max_context=horizon, threads=args.threads, models=models)
     )

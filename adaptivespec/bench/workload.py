@@ -54,7 +54,10 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--device", choices=DEVICES, default="auto")
     bench.add_argument("--dtype", choices=DTYPES, default="auto")
     bench.add_argument(
-        "--runtime", choices=RUNTIMES, default="torch", help="what runs ours' target forwards (default torch)"
+        "--runtime",
+        choices=RUNTIMES,
+        default="auto",
+        help="what runs ours' target forwards (default auto, as serve: openvino on a CPU where it can)",
     )
     bench.add_argument("--rates", type=numbers, default=None, help="requests per second (default 0.25,0.5,1)")
     bench.add_argument("--no-burst", action="store_true", help="skip the burst (every request at once)")
@@ -236,7 +239,8 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         ),
         "threads_asked": args.threads,  # 0: ours left to the engine, OpenVINO to its own choice
         "static_window_ms": args.static_window_ms,
-        "ours_runtime": args.runtime,  # what ran ours' target forwards: torch or OpenVINO
+        "ours_runtime": loaded.runner.runtime,  # what ran ours' target forwards: torch or openvino
+        "ours_runtime_asked": args.runtime,
         "openvino_kv_precision": args.openvino_kv_precision,  # the peer's KV cache; ours is f32
         "prefill_chunk_tokens": args.prefill_chunk_tokens,  # ours; 0: paced (prefill_pacer.py)
     }

@@ -64,6 +64,7 @@ class CachedModel:
         param = next(model.parameters())
         self.model = model
         self.device = param.device
+        self.runtime = "torch"
         self.cache = SlotKVCache(
             CacheShape.from_config(model.config, max_batch, cache_len), param.dtype, param.device
         )

@@ -71,6 +71,7 @@ class HFRunner:
             self.target = self.cached = CachedModel(target, max_batch, self.cache_len, clock)
         else:
             self.target = passes
+        self.runtime = self.target.runtime  # "torch" or "openvino"
         self.vocab_rows = int(cast(torch.nn.Embedding, target.get_input_embeddings()).num_embeddings)
         self.device = self.target.device
         self.rows = RowState.allocate(max_batch, self.cache_len, self.device)

@@ -45,6 +45,7 @@ from adaptivespec.engine.openvino_target import OpenVINOTarget
 from adaptivespec.engine.packed_gqa import use_attention
 from adaptivespec.engine.packed_linear import can_pack, pack_linears
 from adaptivespec.engine.proposers import DraftModelProposer, NgramProposer, Proposer
+from adaptivespec.engine.runtime_choice import choose_runtime
 from adaptivespec.engine.suffix_proposer import INSTALL_HINT, SuffixProposer, suffix_available
 from adaptivespec.engine.thread_governor import ThreadGovernor, read_cpu_times
 from adaptivespec.errors import ConfigError, ModelLoadError
@@ -146,19 +147,9 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     models = config.models
     if "suffix" in models.proposers and not suffix_available():
         raise ConfigError(INSTALL_HINT)  # before minutes of loading, not after
-    on_openvino = models.runtime == "openvino"
-    if on_openvino and not openvino_available():
-        raise ConfigError(OPENVINO_HINT)
-    device = resolve_device("cpu" if on_openvino else models.device)
-    dtype = resolve_dtype(models.dtype, device)
-    threads = set_threads(config.threads)  # before the hardware key, which names the thread count
-    if device.type == "cpu":
-        capability = torch.backends.cpu.get_cpu_capability()
-        announce(progress, f"torch threads: {threads} of {usable_cpus()} usable CPUs ({capability})")
-    if device.type == "cpu":
-        # transformers otherwise expands GQA KV heads on masked multi-token passes (several T=1 steps' cost).
-        os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
+    device, dtype, threads = _placed(config, progress)
     target_source, draft_source = resolve_models(models, progress)
+    on_openvino = _on_openvino(models, device, dtype, target_source.path, progress)
     positions = config.max_context + config.max_spec_tokens
     # A compiled step leaves the linears to inductor, which cannot lower oneDNN's packed op.
     linear = models.linear if models.compile == "off" else "torch"
@@ -203,19 +194,13 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
                 DraftModelProposer(draft, draft_source.key, kv.rows, cache_len, clock, target_width=width)
             )
     drafters = ",".join(proposer.name for proposer in proposers)
-    passes = (
-        _openvino(
-            target,
-            target_source,
-            rows=kv.rows,
-            cache_len=cache_len,
-            clock=clock,
-            threads=threads,
-            progress=progress,
-        )
-        if on_openvino
-        else None
-    )
+    passes = None
+    if on_openvino:
+        at = partial(_openvino, target, target_source, rows=kv.rows, cache_len=cache_len, clock=clock)
+        passes = at(threads, progress) if models.runtime == "openvino" else _or_torch(at, threads, progress)
+    if on_openvino and passes is None and linear == "packed" and can_pack(device, dtype):
+        pack_linears(target)  # torch runs the forwards after all: as it would have from the start
+    on_openvino = passes is not None
     runner = HFRunner(
         target,
         proposers,
@@ -236,15 +221,59 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     return LoadedModels(runner, tokenizer, target_source)
 
 
+def _placed(config: EngineConfig, progress: bool) -> tuple[torch.device, torch.dtype, int]:
+    """Where the models run, in what precision, and on how many torch threads."""
+    models = config.models
+    if models.runtime == "openvino" and not openvino_available():
+        raise ConfigError(OPENVINO_HINT)
+    device = resolve_device("cpu" if models.runtime == "openvino" else models.device)
+    dtype = resolve_dtype(models.dtype, device)
+    threads = set_threads(config.threads)  # before the hardware key, which names the thread count
+    if device.type == "cpu":
+        capability = torch.backends.cpu.get_cpu_capability()
+        announce(progress, f"torch threads: {threads} of {usable_cpus()} usable CPUs ({capability})")
+        # transformers otherwise expands GQA KV heads on masked multi-token passes (several T=1 steps' cost).
+        os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
+    return device, dtype, threads
+
+
+def _on_openvino(
+    models: ModelConfig, device: torch.device, dtype: torch.dtype, target_dir: str, progress: bool
+) -> bool:
+    """Whether OpenVINO runs the target's forwards (runtime_choice.py), said at start-up."""
+    choice = choose_runtime(
+        models.runtime,
+        device=device,
+        dtype=dtype,
+        compile=models.compile,
+        head=_drafts_with_head(models, target_dir),
+        available=models.runtime == "auto" and device.type == "cpu" and openvino_available(),
+    )
+    announce(progress, choice.why)
+    return choice.runtime == "openvino"
+
+
+def _or_torch(
+    openvino: Callable[[int, bool], OpenVINOTarget], threads: int, progress: bool
+) -> OpenVINOTarget | None:
+    """Runtime "auto": the target on OpenVINO, or None (torch runs it) where OpenVINO cannot
+    convert or page this model; an acceleration that is not there is no reason not to serve."""
+    try:
+        return openvino(threads, progress)
+    except Exception as exc:  # any failure of the optional runtime falls back to torch
+        announce(progress, f"the target's forwards run on torch after all: OpenVINO cannot take it ({exc})")
+        return None
+
+
 def _openvino(
     target: PreTrainedModel,
     source: ModelSource,
+    threads: int,
+    progress: bool,
     *,
     rows: int,
     cache_len: int,
     clock: ForwardClock,
-    threads: int,
-    progress: bool,
 ) -> OpenVINOTarget:
     ir = exported_model(source.path, source.key, target.config, progress)
     passes = OpenVINOTarget(target, ir, rows=rows, cache_len=cache_len, clock=clock, threads=threads)
@@ -262,6 +291,14 @@ def _governor(asked: int, compile: str) -> ThreadGovernor | None:
     return ThreadGovernor(len(cpus), partial(read_cpu_times, cpus))
 
 
+def _drafts_with_head(models: ModelConfig, target_dir: str) -> bool:
+    """Whether an EAGLE-3 head will draft: named, or the one `train-draft` cached for the target
+    that "auto" picks (not with compile on: the compiled step cannot keep the head's states yet)."""
+    if "eagle3" in models.proposers:
+        return True
+    return models.proposers == ("auto",) and models.compile == "off" and cached_head(target_dir) is not None
+
+
 def _drafters(
     models: ModelConfig, target_dir: str, progress: bool, *, heads: bool = True
 ) -> tuple[tuple[str, ...], str | None]:
@@ -272,10 +309,10 @@ def _drafters(
         cached = cached_head(target_dir) if models.compile == "off" and heads else None
         if cached:
             said = f"drafting with the EAGLE-3 head trained for this target ({cached})"
-        elif heads:
+        elif heads or models.runtime == "auto":  # auto chose OpenVINO because no head was cached
             said = (
                 "drafting with prompt lookup (ngram); `adaptivespec train-draft` builds an EAGLE-3 "
-                "head for this target, which serve then uses (with --compile off)"
+                "head for this target, which serve then uses (on torch, with --compile off)"
             )
         else:
             said = "drafting with prompt lookup (ngram): runtime 'openvino' does not run EAGLE-3 heads yet"

@@ -94,6 +94,7 @@ class OpenVINOTarget:
         config: PretrainedConfig = model.config
         self.model = model  # kept for what reads the model itself (embeddings, eos, benchmarks)
         self.device = torch.device("cpu")
+        self.runtime = "openvino"
         self.clock = clock
         shape = CacheShape.from_config(config, rows, cache_len)
         self.cache = PagedCache(shape, BlockTable(rows, cache_len))

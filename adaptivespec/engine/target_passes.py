@@ -25,6 +25,7 @@ class RowCache(Protocol):
 class TargetPasses(Protocol):
     model: PreTrainedModel  # the transformers model: its embeddings, config and generation config
     device: torch.device
+    runtime: str  # what runs the forwards: "torch" or "openvino"
 
     @property
     def cache(self) -> RowCache: ...

@@ -86,7 +86,7 @@ def families(tiny_pair: TinyPair, tmp_path_factory: pytest.TempPathFactory) -> d
 def _config(path: Path, proposer: str) -> EngineConfig:
     draft = str(path) if proposer == "draft" else None  # the target drafts for itself: full acceptance
     models = ModelConfig(
-        target=str(path), draft=draft, proposer=proposer, device=TEST_DEVICE, dtype="float32"
+        target=str(path), draft=draft, proposer=proposer, device=TEST_DEVICE, dtype="float32", runtime="torch"
     )  # type: ignore[arg-type]
     return EngineConfig(models=models, max_batch=4, max_context=128, max_queued=16)
 

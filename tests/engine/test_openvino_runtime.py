@@ -179,3 +179,11 @@ def test_settings_it_cannot_run_are_refused_with_what_to_do(change: dict[str, st
 def test_an_eagle3_head_is_refused_with_what_to_do(tiny_head: Path) -> None:
     with pytest.raises(ConfigError, match="--runtime torch"):
         ModelConfig(runtime="openvino", draft=str(tiny_head), proposer="eagle3")
+
+
+def test_the_default_runtime_is_openvino_on_a_cpu_and_torch_where_it_cannot_run(tiny_pair: TinyPair) -> None:
+    auto = engine_config(tiny_pair, "ngram")
+    auto = replace(auto, models=replace(auto.models, runtime="auto"))
+    assert _load(auto).runner.runtime == "openvino"
+    bf16 = replace(auto, models=replace(auto.models, dtype="bfloat16"))
+    assert _load(bf16).runner.runtime == "torch"

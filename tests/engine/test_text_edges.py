@@ -148,7 +148,9 @@ def _tiny_model_dir(root: Path, tokenizer_from: Path, rows: int, generation: dic
 
 
 def _load(path: Path) -> LoadedModels:
-    models = ModelConfig(target=str(path), proposer="ngram", device=TEST_DEVICE, dtype="float32")
+    models = ModelConfig(
+        target=str(path), proposer="ngram", device=TEST_DEVICE, dtype="float32", runtime="torch"
+    )
     return load_runner(EngineConfig(models=models, max_batch=2, max_context=128), progress=False)
 
 
