@@ -91,7 +91,8 @@ if [ "$device" = cuda ] && [ "$smoke" = 0 ]; then
 fi
 
 stage "serving workload on the default model"
-adaptivespec bench workload --quick "${model[@]}" "${workload[@]}" --json "$out/workload.json" 2>&1 \
+# --runtime torch: what a GPU host runs; on a CPU (--smoke) auto would take OpenVINO instead.
+adaptivespec bench workload --quick "${model[@]}" --runtime torch "${workload[@]}" --json "$out/workload.json" 2>&1 \
     | tee "$out/workload.txt"
 
 stage "done: results in $out/"

@@ -20,6 +20,7 @@ from typing import Any
 
 from adaptivespec.bench import prefill_stall
 from adaptivespec.bench.arguments import numbers
+from adaptivespec.bench.background_load import BackgroundLoad
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.openvino_peer import OpenVINO
 from adaptivespec.bench.traffic import (
@@ -110,6 +111,12 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the default; OpenVINO's peer takes up to 512 a step)",
     )
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        help="busy single-threaded processes beside every engine, all along (a shared machine)",
+    )
     bench.add_argument("--traffic", choices=MIXES, default="chat", help="the prompts' mix (traffic_mixes.py)")
     bench.add_argument("--proposer", default="auto", help="ours' drafters, comma-separated")
     bench.add_argument(
@@ -155,8 +162,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
     if not args.no_burst:
         rates.append(None)
     count = args.requests or (10 if args.quick else 32)
-    if args.rounds < 1 or args.static_window_ms < 0:
-        raise SystemExit("--rounds must be >= 1 and --static-window-ms >= 0")
+    if args.rounds < 1 or args.static_window_ms < 0 or args.background_load < 0:
+        raise SystemExit("--rounds must be >= 1, and --static-window-ms and --background-load >= 0")
     targets = Targets(args.ttft_target_ms / 1e3, args.tpot_target_ms / 1e3)
     return Plan(rates, count, args.rounds, shape, engines, targets)
 
@@ -167,7 +174,9 @@ def _default_shape(quick: bool) -> TrafficShape:
 
 def run(args: argparse.Namespace) -> None:
     plan = plan_of(args)
-    result = asyncio.run(_bench(args, plan))
+    # The engines' rounds interleave, so the load falls on each of them alike.
+    with BackgroundLoad(args.background_load):
+        result = asyncio.run(_bench(args, plan))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2))
 
@@ -243,6 +252,7 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         "ours_runtime_asked": args.runtime,
         "openvino_kv_precision": args.openvino_kv_precision,  # the peer's KV cache; ours is f32
         "prefill_chunk_tokens": args.prefill_chunk_tokens,  # ours; 0: paced (prefill_pacer.py)
+        "background_load": args.background_load,  # busy processes beside the engines (background_load.py)
     }
     print(
         f"{loaded.runner.model_key} on {loaded.runner.hardware_key}: {plan.count} requests per rate, "

@@ -9,6 +9,7 @@ import pytest
 
 from adaptivespec.bench.traffic import Lengths, Request, Served, Targets, TrafficShape, requests, summarize
 from adaptivespec.cli import main
+from adaptivespec.engine.openvino_export import openvino_available
 
 from ..conftest import TinyPair
 
@@ -38,8 +39,11 @@ def test_quick_workload_report(tiny_pair: TinyPair, tmp_path: Path) -> None:
     ]
     args += ["--device", "cpu", "--dtype", "float32", "--requests", "6", "--rates", "50", "--max-batch", "4"]
     args += ["--lengths", str(lengths), "--streams", "3", "--long-prompt", "60", "--json", str(out)]
-    assert main([*args, "--rounds", "2", "--threads", "1"]) == 0
+    assert main([*args, "--rounds", "2", "--threads", "1", "--background-load", "1"]) == 0
     report = json.loads(out.read_text())
+    # No --runtime: serve's default, OpenVINO where it is installed (runtime_choice.py).
+    assert report["method"]["ours_runtime"] == ("openvino" if openvino_available() else "torch")
+    assert report["method"]["ours_runtime_asked"] == "auto" and report["method"]["background_load"] == 1
     assert report["model"] and [r["burst"] for r in report["rates"]] == [False, True]
     assert report["rates"][0]["rate_rps"] == 50.0 and report["rates"][1]["rate_rps"] is None
     assert report["method"]["rounds"] == 2 and report["method"]["threads_asked"] == 1
