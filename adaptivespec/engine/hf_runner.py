@@ -3,6 +3,8 @@
 One decode step is: propose K drafts per row, verify [last token + drafts] in ONE target
 forward over the whole batch, accept per row, append. Each row writes its KV at its own
 columns, so ragged acceptance needs no rollback beyond forgetting the rejected columns.
+A drafting step also has the cheap drafters that did not run draft for a few rows, to be
+scored against the output later (shadow_drafts.py); a step at K = 0 touches no drafter.
 """
 
 from __future__ import annotations
