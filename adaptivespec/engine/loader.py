@@ -149,7 +149,10 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         raise ConfigError(INSTALL_HINT)  # before minutes of loading, not after
     device, dtype, threads = _placed(config, progress)
     target_source, draft_source = resolve_models(models, progress)
-    on_openvino = _on_openvino(models, device, dtype, target_source.path, progress)
+    # Drafters first: a head that drafts (named, or cached for the target) keeps the forwards on
+    # torch under "auto"; an explicit "openvino" leaves a cached head out.
+    kinds, head_dir = _drafters(models, target_source.path, progress, heads=models.runtime != "openvino")
+    on_openvino = _on_openvino(models, device, dtype, head_dir is not None, progress)
     positions = config.max_context + config.max_spec_tokens
     # A compiled step leaves the linears to inductor, which cannot lower oneDNN's packed op.
     linear = models.linear if models.compile == "off" else "torch"
@@ -164,7 +167,6 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     tokenizer = load_tokenizer(target_source.path)
     clock = ForwardClock(on_cuda=device.type == "cuda")
     cache_len = config.max_context + config.max_spec_tokens + 1
-    kinds, head_dir = _drafters(models, target_source.path, progress, heads=not on_openvino)
     if head_dir is not None and models.compile == "on":
         raise ConfigError("an EAGLE-3 head does not run with compile on yet; use --compile off")
     head = None if head_dir is None else load_head(head_dir, target, linear=linear)
@@ -238,7 +240,7 @@ def _placed(config: EngineConfig, progress: bool) -> tuple[torch.device, torch.d
 
 
 def _on_openvino(
-    models: ModelConfig, device: torch.device, dtype: torch.dtype, target_dir: str, progress: bool
+    models: ModelConfig, device: torch.device, dtype: torch.dtype, head: bool, progress: bool
 ) -> bool:
     """Whether OpenVINO runs the target's forwards (runtime_choice.py), said at start-up."""
     choice = choose_runtime(
@@ -246,7 +248,7 @@ def _on_openvino(
         device=device,
         dtype=dtype,
         compile=models.compile,
-        head=_drafts_with_head(models, target_dir),
+        head=head,
         available=models.runtime == "auto" and device.type == "cpu" and openvino_available(),
     )
     announce(progress, choice.why)
@@ -291,25 +293,18 @@ def _governor(asked: int, compile: str) -> ThreadGovernor | None:
     return ThreadGovernor(len(cpus), partial(read_cpu_times, cpus))
 
 
-def _drafts_with_head(models: ModelConfig, target_dir: str) -> bool:
-    """Whether an EAGLE-3 head will draft: named, or the one `train-draft` cached for the target
-    that "auto" picks (not with compile on: the compiled step cannot keep the head's states yet)."""
-    if "eagle3" in models.proposers:
-        return True
-    return models.proposers == ("auto",) and models.compile == "off" and cached_head(target_dir) is not None
-
-
 def _drafters(
     models: ModelConfig, target_dir: str, progress: bool, *, heads: bool = True
 ) -> tuple[tuple[str, ...], str | None]:
     """The drafters to load, "auto" resolved, and the EAGLE-3 head's directory if one drafts.
-    `heads`: whether the target's runtime returns the states a head reads."""
+    `heads`: whether a cached head may draft (not when OpenVINO was asked for by name: it does
+    not return the states a head reads)."""
     if models.proposers == ("auto",):
         # A compiled step cannot keep the head's states yet (loader refuses eagle3 with compile on).
         cached = cached_head(target_dir) if models.compile == "off" and heads else None
         if cached:
             said = f"drafting with the EAGLE-3 head trained for this target ({cached})"
-        elif heads or models.runtime == "auto":  # auto chose OpenVINO because no head was cached
+        elif heads:
             said = (
                 "drafting with prompt lookup (ngram); `adaptivespec train-draft` builds an EAGLE-3 "
                 "head for this target, which serve then uses (on torch, with --compile off)"
