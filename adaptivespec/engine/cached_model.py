@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
 
@@ -11,6 +10,7 @@ import torch
 from transformers import PreTrainedModel
 
 from adaptivespec.engine.attention import AttentionSpec
+from adaptivespec.engine.cache_keyword import cache_keyword
 from adaptivespec.engine.compiled_forward import CompiledForward
 from adaptivespec.engine.kvcache import CacheShape, SlotKVCache
 from adaptivespec.engine.packed_gqa import NAME as PACKED_GQA
@@ -72,9 +72,7 @@ class CachedModel:
         self.dtype = param.dtype
         eager = getattr(model.config, "_attn_implementation", None) == "eager"
         self.attention = AttentionSpec.from_config(model.config, additive=eager)
-        # transformers 5.x renamed `past_key_values` to `cache`; accept either.
-        params = inspect.signature(model.forward).parameters
-        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.cache_kwarg = cache_keyword(model.forward)
         self.compiled: CompiledForward | None = None
 
     def compile(self) -> None:

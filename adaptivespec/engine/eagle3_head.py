@@ -9,7 +9,6 @@ module names its weights as speculators does, so a checkpoint's state dict loads
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, cast
 
 import torch
@@ -19,6 +18,7 @@ from transformers.cache_utils import Cache
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
+from adaptivespec.engine.cache_keyword import cache_keyword
 from adaptivespec.engine.eagle3_format import Eagle3Spec
 from adaptivespec.errors import ModelLoadError
 
@@ -73,7 +73,7 @@ class Eagle3Head(nn.Module):
         # target id of each draft id, as an offset (speculators' d2t): target = draft + d2t[draft]
         self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(self.target_vocab, dtype=torch.bool))
-        self._cache_kwarg = _cache_kwarg(layer_class)
+        self._cache_kwarg = cache_keyword(layer_class.forward)
 
     @property
     def reduced(self) -> bool:
@@ -167,9 +167,3 @@ def _widen_first_layer(layer: nn.Module, config: PretrainedConfig, norm_class: t
     attn.k_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=bias)
     attn.v_proj = nn.Linear(2 * hidden, kv_heads * head_dim, bias=bias)
     layer.hidden_norm = norm_class(hidden, eps=float(config.rms_norm_eps))
-
-
-def _cache_kwarg(layer_class: type[nn.Module]) -> str:
-    # transformers 5.x renamed `past_key_values` to `cache`; accept either.
-    params = inspect.signature(layer_class.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"

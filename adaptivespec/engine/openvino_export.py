@@ -25,6 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache
 
+from adaptivespec.engine.cache_keyword import cache_keyword
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_cache import announce, build_once, cache_dir
 from adaptivespec.errors import ConfigError
@@ -95,8 +96,8 @@ class _Traced(torch.nn.Module):
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
+            **{cache_keyword(self.model.forward): cache},
         )
         present = [t for pair in zip(cache.keys, cache.values, strict=True) for t in pair]
         return (out.logits, *present)
