@@ -39,8 +39,9 @@ _DRAFT_HELP = (
     "or an EAGLE-3 head in the speculators format (a directory)"
 )
 _PROPOSER_HELP = (
-    "auto (default): the draft (model or EAGLE-3 head) when --draft is given, else the head "
-    "`train-draft` built for the target, else n-gram prompt lookup; eagle3: the head in --draft; "
+    "auto (default): the draft (model or EAGLE-3 head) when --draft is given, else every drafter "
+    "here (the head `train-draft` built for the target, n-gram prompt lookup, and suffix where "
+    "installed), the controller choosing; eagle3: the head in --draft; "
     "suffix: suffix trees over each request and recent outputs (ops/install-suffix.sh installs them); "
     "several, comma-separated (ngram,suffix): the controller chooses which one drafts, step by step"
 )

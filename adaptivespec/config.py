@@ -100,9 +100,10 @@ class ModelConfig:
     the built-in trained pair (its draft comes with it). `draft` is a causal LM sharing the
     target's tokenizer, or a speculators EAGLE-3 head directory ("eagle3"). Proposer "auto"
     drafts with the draft when there is one; without one it stays "auto" here, and the
-    loader picks the EAGLE-3 head `train-draft` cached for the target, or n-gram prompt
-    lookup when there is none. "suffix" drafts from suffix trees over each request and
-    recent outputs (needs arctic-inference). Several, comma-separated ("ngram,suffix"), load
+    loader loads the EAGLE-3 head `train-draft` cached for the target (if any), n-gram prompt
+    lookup, and suffix decoding where it is installed, the controller choosing. "suffix"
+    drafts from suffix trees over each request and recent outputs (needs arctic-inference).
+    Several, comma-separated ("ngram,suffix"), load
     them all, and the controller chooses per step which one drafts.
     """
 

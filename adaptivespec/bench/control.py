@@ -71,7 +71,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--traffic", choices=MIXES, default="chat", help="hf: the prompts' mix (traffic_mixes.py)"
     )
     control.add_argument(
-        "--proposer", default="auto", help="hf: the drafters, comma-separated (auto: the draft, else ngram)"
+        "--proposer", default="auto", help="hf: the drafters, comma-separated (auto: as serve loads them)"
     )
     control.add_argument(
         "--background-load",

@@ -160,6 +160,9 @@ class Eagle3Proposer:
         self.cached[dsts] = self.cached[srcs]
         self.fresh[dsts] = self.fresh[srcs]
 
+    def retire_rows(self, rows: RowState, indices: list[int]) -> None:
+        return None  # it learns nothing across requests
+
     def forget(self) -> None:
         return None  # it learns nothing across requests
 

@@ -196,6 +196,7 @@ class HFRunner:
         """Rows whose prompt completes now get its tokens and sampling; returns how many
         (the first ones: only the last item may stop short)."""
         self.shadow.forget_rows(range(row_start, row_start + len(items)))
+        self._retire([row_start + r for r, item in enumerate(items) if item.start == 0])
         done = 0
         for r, item in enumerate(items):
             if item.completes:
@@ -264,6 +265,7 @@ class HFRunner:
         if not srcs:
             return
         upto = int(self.rows.host_lens[srcs].max())
+        self._retire([dst for dst in dsts if dst not in srcs])  # holes: their requests are over
         src, dst = upload(srcs, self.device), upload(dsts, self.device)
         self.target.cache.move_rows(src, dst, upto)
         self.rows.move(srcs, dsts)
@@ -271,6 +273,12 @@ class HFRunner:
             proposer.move_rows(srcs, dsts, upto)
         self.shadow.move(srcs, dsts)
         self.row_sampling.move(srcs, dsts, src, dst)
+
+    def _retire(self, rows: list[int]) -> None:
+        """Before these rows take other requests: the drafters see what the ended ones wrote."""
+        if rows:
+            for proposer in self.proposers.values():
+                proposer.retire_rows(self.rows, rows)
 
     def forget_history(self) -> None:
         """The drafter forgets earlier requests (benchmarks replaying them to each contender);

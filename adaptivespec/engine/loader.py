@@ -298,21 +298,32 @@ def _drafters(
 ) -> tuple[tuple[str, ...], str | None]:
     """The drafters to load, "auto" resolved, and the EAGLE-3 head's directory if one drafts.
     `heads`: whether a cached head may draft (not when OpenVINO was asked for by name: it does
-    not return the states a head reads)."""
+    not return the states a head reads).
+
+    "auto" loads every drafter this host can run for the target, and the controller chooses
+    per step which one drafts (or none): the cached head first (it pays on open text), then
+    prompt lookup, then suffix decoding where arctic-inference is installed (it pays where
+    requests repeat each other). The cheap two cost nothing on a step that does not run them
+    beyond drafting in the others' shadow (shadow_drafts.py)."""
     if models.proposers == ("auto",):
         # A compiled step cannot keep the head's states yet (loader refuses eagle3 with compile on).
         cached = cached_head(target_dir) if models.compile == "off" and heads else None
-        if cached:
-            said = f"drafting with the EAGLE-3 head trained for this target ({cached})"
-        elif heads:
-            said = (
-                "drafting with prompt lookup (ngram); `adaptivespec train-draft` builds an EAGLE-3 "
-                "head for this target, which serve then uses (on torch, with --compile off)"
+        cheap = ("ngram", "suffix") if suffix_available() else ("ngram",)
+        kinds = (("eagle3",) if cached else ()) + cheap
+        named = {"eagle3": f"the EAGLE-3 head trained for this target ({cached})", "ngram": "prompt lookup"}
+        said = "drafting with " + ", ".join(named.get(kind, kind) for kind in kinds)
+        said += ", the controller choosing per step" if len(kinds) > 1 else ""
+        if not cached:
+            said += (
+                "; `adaptivespec train-draft` builds an EAGLE-3 head for this target, which serve then "
+                "uses (on torch, with --compile off)"
+                if heads
+                else "; runtime 'openvino' does not run EAGLE-3 heads yet"
             )
-        else:
-            said = "drafting with prompt lookup (ngram): runtime 'openvino' does not run EAGLE-3 heads yet"
+        if "suffix" not in kinds:
+            said += "; ops/install-suffix.sh adds suffix decoding"
         announce(progress, said)
-        return ("eagle3",) if cached else ("ngram",), None if cached is None else str(cached)
+        return kinds, None if cached is None else str(cached)
     return models.proposers, models.draft if "eagle3" in models.proposers else None
 
 

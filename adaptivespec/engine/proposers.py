@@ -63,6 +63,12 @@ class Proposer(Protocol):
 
     def move_rows(self, srcs: list[int], dsts: list[int], upto: int) -> None: ...
 
+    def retire_rows(self, rows: RowState, indices: list[int]) -> None:
+        """The requests in these rows are over, and the rows are about to take others (the
+        host copies still hold them): a drafter that learns from earlier requests takes them
+        now, whether or not it drafted for them."""
+        ...
+
     def forget(self) -> None:
         """Drops what it learned from earlier requests, for benchmarks that replay the same
         requests to each contender; the rows must be prefilled again before the next draft."""
@@ -152,6 +158,9 @@ class DraftModelProposer:
         self.draft.cache.move_rows(upload(srcs, device), upload(dsts, device), upto)
         self.cached[dsts] = self.cached[srcs]
 
+    def retire_rows(self, rows: RowState, indices: list[int]) -> None:
+        return None  # it learns nothing across requests
+
     def forget(self) -> None:
         return None  # it learns nothing across requests
 
@@ -222,6 +231,9 @@ class NgramProposer:
 
     def move_rows(self, srcs: list[int], dsts: list[int], upto: int) -> None:
         return None
+
+    def retire_rows(self, rows: RowState, indices: list[int]) -> None:
+        return None  # it drafts from each row's own tokens only
 
     def forget(self) -> None:
         return None

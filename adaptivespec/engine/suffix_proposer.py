@@ -126,6 +126,16 @@ class SuffixProposer:
         self.request[vacated] = -1
         self.fed[vacated] = -1
 
+    def retire_rows(self, rows: RowState, indices: list[int]) -> None:
+        """Each row's request joins the global tree with all of its output, also where this
+        drafter never drafted for it (the controller ran it at K = 0 or with another drafter):
+        the global tree holds the last requests' outputs, not only the ones it drafted for."""
+        for row in indices:
+            end = int(rows.host_lens[row])
+            if self.request[row] >= 0 and end > self.prompt_len[row]:  # its prompt is in, and output
+                self._feed(row, rows.host_tokens[row], end)
+            self._end(row)
+
     def forget(self) -> None:
         """A fresh global tree, and no request in any row."""
         self.cache = self._fresh_cache()

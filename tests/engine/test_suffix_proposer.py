@@ -157,6 +157,57 @@ def test_the_global_tree_drafts_what_another_request_wrote() -> None:
         assert _drafts(proposer, rows, 1, 4) == [expected]
 
 
+def test_a_request_it_never_drafted_for_joins_the_global_tree() -> None:
+    """The controller may run a request at K = 0 throughout, or with another drafter: when its
+    row is retired, its whole output joins the global tree all the same, and so does the tail
+    a request wrote after suffix's last draft for it."""
+    earlier_output = [40, 41, 42, 43, 44, 45, 46, 47]
+    newcomer = [90, 91, 40, 41, 42, 43]
+    for drafted_once in (False, True):
+        proposer = SuffixProposer(SuffixSettings(), max_batch=1)
+        prompt = [1, 2, 3]
+        rows = rows_of(prompt + earlier_output)
+        rows.set_lens(0, [len(prompt)])
+        proposer.prefill(0, [prompt], [0])
+        if drafted_once:
+            rows.set_lens(0, [len(prompt) + 2])
+            proposer.propose(rows, 1, 4, greedy(1))  # the trees hold 40, 41; the rest comes after
+        rows.set_lens(0, [len(prompt) + len(earlier_output)])  # decoded with no draft from here
+        proposer.retire_rows(rows, [0])
+        rows.write_prompt(0, newcomer)
+        rows.set_lens(0, [len(newcomer)])
+        proposer.prefill(0, [newcomer], [0])
+        assert _drafts(proposer, rows, 1, 4) == [[44, 45, 46, 47]]
+
+
+def test_the_runner_retires_rows_before_they_take_other_requests(
+    tiny_pair: TinyPair, plain: dict[bool, list[Completion]]
+) -> None:
+    """Served once at K = 0 (suffix never drafts), the prompts served again on the same runner
+    draft their earlier outputs from the global tree: more kept than on a runner without them."""
+    config = engine_config(tiny_pair, "suffix", max_spec_tokens=16)
+
+    async def serve(runner_rounds: list[FixedK]) -> list[Completion]:
+        loaded = load_runner(config, progress=False)
+        outputs: list[Completion] = []
+        for policy in runner_rounds:
+            engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
+            await engine.start()
+            try:
+                outputs = await staggered(engine, PROMPTS, lambda i: GREEDY, group=3, rounds=1)
+            finally:
+                await engine.stop()
+        return outputs
+
+    remembered = asyncio.run(serve([FixedK(0), FixedK(8)]))
+    fresh = asyncio.run(serve([FixedK(8)]))
+    for reference, a, b in zip(plain[False][: len(PROMPTS)], remembered, fresh, strict=True):
+        assert a.token_ids == b.token_ids == reference.token_ids
+    kept, kept_fresh = (sum(o.stats.accepted for o in outs) for outs in (remembered, fresh))
+    emitted = sum(len(o.token_ids) for o in remembered)
+    assert kept > kept_fresh + emitted // 4, (kept, kept_fresh, emitted)
+
+
 def test_requests_move_with_their_rows() -> None:
     """Compaction moves row 1's request into row 0 (whose request finished): it keeps its tree,
     and a prompt into the vacated row starts afresh."""

@@ -12,6 +12,7 @@ from adaptivespec.cli import main
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.eagle3_format import read_weights
 from adaptivespec.engine.loader import load_runner
+from adaptivespec.engine.suffix_proposer import suffix_available
 from adaptivespec.train import head_trainer
 from adaptivespec.train.head_trainer import TrainSettings
 from adaptivespec.train.train_draft import DataSettings, train_draft
@@ -34,13 +35,14 @@ def test_a_head_is_built_once_into_the_cache_and_auto_drafts_with_it(
     monkeypatch.setenv("ADAPTIVESPEC_CACHE_DIR", str(tmp_path / "cache"))
     text = tmp_path / "traffic.txt"
     text.write_text("".join(CORPUS[:4]))
-    assert _auto(tiny_pair) == ("ngram",)  # no head yet: prompt lookup
+    cheap = ("ngram", "suffix") if suffix_available() else ("ngram",)
+    assert _auto(tiny_pair) == cheap  # no head yet: the cheap drafters
     assert main(["train-draft", "--target", str(tiny_pair.target), "--text", str(text), *SMALL]) == 0
     out, err = capsys.readouterr()
     home = Path(out.strip().splitlines()[-1])  # the last line of stdout: the head's directory
     assert home.parent == tmp_path / "cache" / "eagle3" and (home / "config.json").is_file()
     assert "teacher:" in err and "training: step" in err  # it showed progress
-    assert _auto(tiny_pair) == ("eagle3",)
+    assert _auto(tiny_pair) == ("eagle3", *cheap)  # the head first, the controller choosing
     assert main(["train-draft", "--target", str(tiny_pair.target), "--text", str(text), *SMALL]) == 0
     again, err = capsys.readouterr()
     assert again.strip().splitlines()[-1] == str(home) and "already built" in err
