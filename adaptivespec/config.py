@@ -103,8 +103,8 @@ class ModelConfig:
     loader loads the EAGLE-3 head `train-draft` cached for the target (if any), n-gram prompt
     lookup, and suffix decoding where it is installed, the controller choosing. "suffix"
     drafts from suffix trees over each request and recent outputs (needs arctic-inference).
-    Several, comma-separated ("ngram,suffix"), load
-    them all, and the controller chooses per step which one drafts.
+    Several, comma-separated ("ngram,suffix"), load them all, and the controller chooses per
+    step which one drafts.
     """
 
     target: str = DEFAULT_MODEL
