@@ -182,6 +182,7 @@ def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
         BackgroundLoad(args.background_load),
         tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar,
     ):
+        scenario["settle_steps"] = loop.settle()
         measurement = measure(loop, field.contenders, scenario["repeats"], bar.update)
     if store is not None:
         learners.flush(field.controller, store)

@@ -8,6 +8,8 @@ time, measured (prefills are left out: see `HFLoop.segment`).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from adaptivespec.controller.arms import arm
@@ -20,6 +22,9 @@ from adaptivespec.sim.loop import PhaseResult, StepSink
 from adaptivespec.sim.workload import Phase
 
 GREEDY = SamplingParams(max_tokens=1, temperature=0.0)
+# Long enough for a background load's workers to start and for the thread governor to take the
+# two agreeing readings a resize needs (engine/thread_governor.py), with a reading to spare.
+SETTLE_SECONDS = 3.0
 
 
 class HFLoop:
@@ -51,9 +56,7 @@ class HFLoop:
         # Every contender replays these requests: none may draft from another's outputs.
         self.runner.forget_history()
         next_prompt = int(rng.integers(len(self.prompts)))
-        for start in range(0, batch, 16):
-            items = [self._item(next_prompt + r) for r in range(start, min(start + 16, batch))]
-            self.runner.prefill(start, items)
+        self._fill(batch, next_prompt)
         next_prompt += batch
         remaining = rng.integers(1, self.new_tokens + 1, batch)  # a batch caught mid-generation
         result = PhaseResult(batch)
@@ -74,6 +77,35 @@ class HFLoop:
                 next_prompt += 1
                 remaining[row] = self.new_tokens
         return result
+
+    def settle(self, seconds: float = SETTLE_SECONDS) -> int:
+        """Untimed decode steps at the first phase's batch size, for `seconds` of wall time, before
+        anything is measured; returns how many ran.
+
+        The machine a run measures is the one it ends up on: a background load started, the
+        thread team resized to the cores it leaves, caches warm. Measured from the first step
+        instead, the first repeat of the first bucket falls inside that transition (steps twice
+        as slow and erratic, on threads that lose their core to the load), and only on the
+        contenders that repeat runs first: the interleaving no longer spreads the drift alike.
+        The steps alternate speculation off and on (the first drafter, K = 2) so that both paths
+        are warm, and feed no learner; the drafters forget them."""
+        batch = self.load[0].concurrency
+        method = self.runner.methods[0] if self.runner.methods else None
+        steps, budget, started = 0, 0, time.monotonic()
+        while time.monotonic() - started < seconds or steps == 0:
+            if budget <= 0:  # a fresh request for every row, well inside the context
+                self.runner.forget_history()
+                self._fill(batch, steps)
+                budget = self.new_tokens // 3
+            self.runner.decode(batch, 2 * (steps % 2) if method else 0, method)
+            steps, budget = steps + 1, budget - 1
+        self.runner.forget_history()
+        return steps
+
+    def _fill(self, batch: int, first: int) -> None:
+        """Rows [0, batch) take prompts first, first + 1, ..., prefilled 16 at a time."""
+        for start in range(0, batch, 16):
+            self.runner.prefill(start, [self._item(first + r) for r in range(start, min(start + 16, batch))])
 
     def _item(self, index: int) -> PrefillItem:
         return PrefillItem(self.prompts[index % len(self.prompts)], GREEDY, 0)

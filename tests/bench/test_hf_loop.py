@@ -28,3 +28,21 @@ def test_a_segment_times_its_decode_steps_and_not_the_prompts_it_refills(tiny_pa
     assert result.steps == len(steps) == 12
     assert result.tokens >= 2 * 12  # every row emits a token a step: each refilled 3 times or more
     assert result.seconds == sum(s.step_seconds for s in steps)
+
+
+def test_settling_leaves_no_trace_in_what_is_measured(tiny_pair: TinyPair) -> None:
+    """The untimed steps before a run feed no learner and no drafter: a segment measured after
+    them emits exactly the tokens the same segment emits on a runner that never ran them."""
+    config = engine_config(tiny_pair, "ngram")
+    results = []
+    for settle in (False, True):
+        runner = load_runner(config, progress=False).runner
+        assert isinstance(runner, HFRunner)
+        loop = HFLoop(runner, PROMPTS, new_tokens=1, load=(Phase(concurrency=2, steps=12),), seed=0)
+        if settle:
+            assert loop.settle(seconds=0.2) >= 2  # both paths: speculation off and on
+        steps: list[StepTelemetry] = []
+        results.append((loop.segment(0, 0, 12, FixedK(2, "ngram"), steps.append), steps))
+    (plain, plain_steps), (settled, settled_steps) = results
+    assert settled.tokens == plain.tokens
+    assert [s.accepted for s in settled_steps] == [s.accepted for s in plain_steps]
