@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from adaptivespec.controller.arms import arm
+from adaptivespec.controller.learning_settings import ARMS
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem
 from adaptivespec.engine.sampling import SamplingParams
@@ -101,6 +102,29 @@ class HFLoop:
             steps, budget = steps + 1, budget - 1
         self.runner.forget_history()
         return steps
+
+    def warm(self, phase: int) -> int:
+        """One untimed step at every K the arms span and every drafter, at phase `phase`'s batch
+        size, before its first segment; returns how many ran.
+
+        A step whose shape (batch size, K) the process has not run before pays for it: kernels
+        picked and buffers allocated on first use make it markedly slower than the same step the
+        next time (docs/results.md). Unwarmed, that falls on whichever contender first runs each K at
+        a new batch size: a fixed K pays it once in its segments, but a learner that probes an
+        arm once keeps the slow step as all it knows of that arm. The drafters forget these
+        steps, and no learner sees them."""
+        batch = self.load[phase].concurrency
+        steps = [(method, k) for method in self.runner.methods for k in ARMS] or [(None, 0)]
+        written = room = self.new_tokens  # the context a request has past its prompt, at least
+        for method, k in steps:
+            if written + k + 1 > room:  # a fresh request before this step could outgrow it
+                self.runner.forget_history()
+                self._fill(batch, 0)
+                written = 0
+            self.runner.decode(batch, k, method)
+            written += k + 1
+        self.runner.forget_history()
+        return len(steps)
 
     def _fill(self, batch: int, first: int) -> None:
         """Rows [0, batch) take prompts first, first + 1, ..., prefilled 16 at a time."""

@@ -59,6 +59,7 @@ def measure(
     for c in contenders:
         measurement.segments[c.name] = [[] for _ in phases]
     for index in range(len(phases)):
+        loop.warm(index)  # this batch size's shapes, before any contender is timed on them
         for repeat in range(repeats):
             shift = (repeat + index) % len(contenders)
             for c in (*contenders[shift:], *contenders[:shift]):

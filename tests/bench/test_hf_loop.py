@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from adaptivespec.bench.hf_loop import HFLoop
+from adaptivespec.controller.learning_settings import ARMS
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.static_policy import FixedK
@@ -30,9 +31,10 @@ def test_a_segment_times_its_decode_steps_and_not_the_prompts_it_refills(tiny_pa
     assert result.seconds == sum(s.step_seconds for s in steps)
 
 
-def test_settling_leaves_no_trace_in_what_is_measured(tiny_pair: TinyPair) -> None:
-    """The untimed steps before a run feed no learner and no drafter: a segment measured after
-    them emits exactly the tokens the same segment emits on a runner that never ran them."""
+def test_settling_and_warming_leave_no_trace_in_what_is_measured(tiny_pair: TinyPair) -> None:
+    """The untimed steps before a run and before a bucket feed no learner and no drafter: a
+    segment measured after them emits exactly the tokens the same segment emits on a runner
+    that never ran them, and the warm-up fits a request's context at the smallest budget."""
     config = engine_config(tiny_pair, "ngram")
     results = []
     for settle in (False, True):
@@ -41,6 +43,7 @@ def test_settling_leaves_no_trace_in_what_is_measured(tiny_pair: TinyPair) -> No
         loop = HFLoop(runner, PROMPTS, new_tokens=1, load=(Phase(concurrency=2, steps=12),), seed=0)
         if settle:
             assert loop.settle(seconds=0.2) >= 2  # both paths: speculation off and on
+            assert loop.warm(0) == len(ARMS)  # every K of the one drafter
         steps: list[StepTelemetry] = []
         results.append((loop.segment(0, 0, 12, FixedK(2, "ngram"), steps.append), steps))
     (plain, plain_steps), (settled, settled_steps) = results
