@@ -109,12 +109,13 @@ class HFLoop:
 
         A step whose shape (batch size, K) the process has not run before pays for it: kernels
         picked and buffers allocated on first use make it markedly slower than the same step the
-        next time (docs/results.md). Unwarmed, that falls on whichever contender first runs each K at
-        a new batch size: a fixed K pays it once in its segments, but a learner that probes an
-        arm once keeps the slow step as all it knows of that arm. The drafters forget these
+        next time (docs/results.md). Unwarmed, that falls on whichever contender first runs each
+        K at a new batch size: a fixed K pays it once in its segments, but a learner that probes
+        an arm once keeps the slow step as all it knows of that arm. The drafters forget these
         steps, and no learner sees them."""
         batch = self.load[phase].concurrency
-        steps = [(method, k) for method in self.runner.methods for k in ARMS] or [(None, 0)]
+        methods: tuple[str | None, ...] = self.runner.methods or (None,)
+        steps = [(method, k) for method in methods for k in (ARMS if method else (0,))]
         written = room = self.new_tokens  # the context a request has past its prompt, at least
         for method, k in steps:
             if written + k + 1 > room:  # a fresh request before this step could outgrow it
