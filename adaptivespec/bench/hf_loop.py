@@ -116,7 +116,9 @@ class HFLoop:
         batch = self.load[phase].concurrency
         methods: tuple[str | None, ...] = self.runner.methods or (None,)
         steps = [(method, k) for method in methods for k in (ARMS if method else (0,))]
-        written = room = self.new_tokens  # the context a request has past its prompt, at least
+        # A request may write new_tokens past its prompt, and one step's K + 1 beyond them (the
+        # margin `segment` relies on too): refill once the next step would pass new_tokens.
+        written = room = self.new_tokens
         for method, k in steps:
             if written + k + 1 > room:  # a fresh request before this step could outgrow it
                 self.runner.forget_history()
