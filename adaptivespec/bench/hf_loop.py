@@ -80,7 +80,7 @@ class HFLoop:
         return result
 
     def settle(self, seconds: float = SETTLE_SECONDS) -> int:
-        """Untimed decode steps at the first phase's batch size, for `seconds` of wall time, before
+        """Untimed steps at the first phase's batch size, for `seconds` of wall time, before
         anything is measured; returns how many ran.
 
         The machine a run measures is the one it ends up on: a background load started, the
@@ -88,19 +88,10 @@ class HFLoop:
         instead, the first repeat of the first bucket falls inside that transition (steps twice
         as slow and erratic, on threads that lose their core to the load), and only on the
         contenders that repeat runs first: the interleaving no longer spreads the drift alike.
-        The steps alternate speculation off and on (the first drafter, K = 2) so that both paths
-        are warm, and feed no learner; the drafters forget them."""
-        batch = self.load[0].concurrency
-        method = self.runner.methods[0] if self.runner.methods else None
-        steps, budget, started = 0, 0, time.monotonic()
+        The steps are the first phase's warm-up (`warm`), repeated: every K and drafter."""
+        steps, started = 0, time.monotonic()
         while time.monotonic() - started < seconds or steps == 0:
-            if budget <= 0:  # a fresh request for every row, well inside the context
-                self.runner.forget_history()
-                self._fill(batch, steps)
-                budget = self.new_tokens // 3
-            self.runner.decode(batch, 2 * (steps % 2) if method else 0, method)
-            steps, budget = steps + 1, budget - 1
-        self.runner.forget_history()
+            steps += self.warm(0)
         return steps
 
     def warm(self, phase: int) -> int:
@@ -118,7 +109,8 @@ class HFLoop:
         steps = [(method, k) for method in methods for k in (ARMS if method else (0,))]
         # A request may write new_tokens past its prompt, and one step's K + 1 beyond them (the
         # margin `segment` relies on too): refill once the next step would pass new_tokens.
-        written = room = self.new_tokens
+        room = self.new_tokens
+        written = room  # a fresh request before the first step
         for method, k in steps:
             if written + k + 1 > room:  # a fresh request before this step could outgrow it
                 self.runner.forget_history()

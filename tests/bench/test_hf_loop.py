@@ -42,7 +42,7 @@ def test_settling_and_warming_leave_no_trace_in_what_is_measured(tiny_pair: Tiny
         assert isinstance(runner, HFRunner)
         loop = HFLoop(runner, PROMPTS, new_tokens=1, load=(Phase(concurrency=2, steps=12),), seed=0)
         if settle:
-            assert loop.settle(seconds=0.2) >= 2  # both paths: speculation off and on
+            assert loop.settle(seconds=0.2) >= len(ARMS)  # at least one warm-up: every K
             assert loop.warm(0) == len(ARMS)  # every K of the one drafter
         steps: list[StepTelemetry] = []
         results.append((loop.segment(0, 0, 12, FixedK(2, "ngram"), steps.append), steps))
