@@ -7,10 +7,10 @@ Exploration is an upper-confidence rule of our own, over bounds that hold on a s
 - An arm's price is its *expected* goodput (arm_prices.py): tokens per row at that arm, its
   drafter's acceptance pooled over every batch size and every K, over the arm's robust step
   time (the lower quartile of its recent steps, `RobustStat`). A step's own tokens
-  (acceptance noise) and seconds (another process's stall) move it little. The pooled tokens
-  are corrected per drafter, never per arm, where this cell's rows keep that drafter's drafts
-  otherwise than the pool's, step after step (kept_ratio.py): one correction learned apart per
-  arm carried which requests each arm ran beside into the comparison (docs/decisions.md).
+  (acceptance noise) and seconds (another process's stall) move it little. There is no per-arm
+  correction of the tokens: each arm runs while other requests are in the batch, and one
+  learned apart per arm carried which requests those were into the comparison
+  (docs/decisions.md).
 - Bounds widen with measured noise: a measured arm's by its standard error; one measured only
   a few times also by the machine's stall tail (`StallTail`), since its steps may have stalled.
 - An unmeasured arm is priced with an optimistic step-cost bound (step_costs.py, and floors
@@ -57,8 +57,7 @@ class Neighbourhood:
     """What the nearest smaller visited batch bucket tells a cell, by the roofline's monotonicity.
 
     All three hold because drafting's relative cost, t(K) / t(j) for K > j, does not shrink as the
-    batch grows, while acceptance does not depend on the batch: the requests that share a batch
-    may, so a cell passes on only what its drafters' pooled curves would rule out too (`next_k`).
+    batch grows, while acceptance does not depend on the batch.
     """
 
     floor: CostBound | None = None  # step-time floors for unmeasured arms
@@ -149,14 +148,7 @@ class Cell:
                 inherited=neighbourhood.ruled_out,
                 margin=self.settings.prune_margin,
             )
-            self.candidates = pruned.candidates
-            # A larger batch inherits what was judged here as if its rows kept drafts as the
-            # pool's do. That holds for a drafter this cell's rows keep at least as well as the
-            # pool's (a higher ratio only favours a larger K), not for one they keep less of.
-            tokens = self.evidence.tokens(acceptance)
-            self.ruled_out = frozenset(
-                k for k in pruned.ruled_out if k in neighbourhood.ruled_out or tokens.ratio(k.method) >= 1.0
-            )
+            self.candidates, self.ruled_out = pruned.candidates, pruned.ruled_out
             self._fleet_changed = False
         self._decide(predicted)
         if self._dwell_left > 0 and self.running in self.candidates:

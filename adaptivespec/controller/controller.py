@@ -92,18 +92,15 @@ class Controller:
             return True
         key = (context_bucket(int(record.mean_context_len)), batch_bucket(record.batch_size))
         ran = arm(self.drafter(record.method), record.k) if self.methods else OFF
+        estimator = self.acceptance.get(ran.method)
+        if estimator is not None:
+            estimator.observe(key[0], ran.k, record.batch_size, record.kept_at_least)
+        for shadow in record.shadow:  # what the drafters that did not run would have kept
+            other = self.acceptance.get(shadow.method)
+            if other is not None:
+                other.observe(key[0], shadow.k, shadow.rows, shadow.kept_at_least)
+                self.shadow_rows += shadow.rows
         cell = self.cells.cell(key, self.start_arm)
-        # Each drafter's rows go to its pooled curve, and to the cell, which weighs them against
-        # that curve (kept_ratio.py).
-        drafted = [(ran.method, ran.k, record.batch_size, record.kept_at_least)]
-        drafted += [(shadow.method, shadow.k, shadow.rows, shadow.kept_at_least) for shadow in record.shadow]
-        cell.evidence.fade_drafts()
-        for method, k, rows, kept_at_least in drafted:
-            estimator = self.acceptance.get(method)
-            if estimator is not None:
-                estimator.observe(key[0], k, rows, kept_at_least)
-                cell.evidence.observe_drafts(method, k, rows, sum(kept_at_least[:k]))
-        self.shadow_rows += sum(shadow.rows for shadow in record.shadow if shadow.method in self.acceptance)
         if ran in cell.arms:  # credited to the arm chosen, whatever the drafter found
             tokens_per_row = record.emitted / record.batch_size
             # The arm's own cost, without switching's: that one is the switch's (observe_switch).

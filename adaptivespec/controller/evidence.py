@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from adaptivespec.controller.acceptance import Acceptance
 from adaptivespec.controller.arm_prices import ArmPrices
 from adaptivespec.controller.arms import Arm
-from adaptivespec.controller.kept_ratio import CellTokens, KeptRatio
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.robust_stat import MIN_ROBUST, RobustStat
 from adaptivespec.controller.stall_tail import PRIOR_TAIL
@@ -26,7 +25,6 @@ class CellEvidence:
     fleet: dict[Arm, EWStat] = field(default_factory=dict)  # step seconds other hosts measured
     fleet_hosts: int = 0  # other hosts behind `fleet`
     switch: dict[str, RobustStat] = field(default_factory=dict)  # per drafter: catch-up seconds a switch
-    kept: dict[str, KeptRatio] = field(default_factory=dict)  # per drafter: drafts kept here over expected
     scale: float = 0.0  # tokens/row/s of the first measurement: makes rewards ~1
     samples: int = 0  # steps measured here
     _times: dict[Arm, Summary] | None = None  # `seconds` and `fleet` merged, until either changes
@@ -69,20 +67,6 @@ class CellEvidence:
         self._times = None
         self.samples += 1
 
-    def fade_drafts(self) -> None:
-        """A step of this cell's: what its rows kept of each drafter weighs a little less."""
-        for ratio in self.kept.values():
-            ratio.fade()
-
-    def observe_drafts(self, method: str, k: int, rows: int, kept: int) -> None:
-        """`rows` of this cell kept `kept` of `method`'s drafts at K (a step that ran it, or its
-        shadow drafts): weighed against the drafter's pooled curve when priced (kept_ratio.py)."""
-        self.kept.setdefault(method, KeptRatio()).observe(k, rows, kept)
-
-    def tokens(self, acceptance: Acceptance) -> CellTokens:
-        """Tokens per arm in this cell: the pooled curves, as this cell's rows keep each drafter."""
-        return CellTokens(acceptance, self.kept)
-
     def observe_switch(self, method: str, seconds: float) -> None:
         """`method`'s drafter, which had sat out steps, caught up at this step in `seconds`."""
         self.switch.setdefault(method, RobustStat()).update(seconds)
@@ -115,9 +99,6 @@ class CellEvidence:
         return stat.mean if stat is not None and stat.samples >= MIN_ROBUST else None
 
     def prices(self, arms: tuple[Arm, ...], acceptance: Acceptance, tail: float = PRIOR_TAIL) -> ArmPrices:
-        """Each arm priced by its drafter's pooled curve, scaled by how this cell's rows kept it."""
-        if self.kept:
-            acceptance = self.tokens(acceptance)
         tokens = {k: acceptance(k) for k in arms}  # once per step, for every pricing
         hoped = {k: acceptance.hoped(k) for k in arms}
         window = self.settings.effective_samples

@@ -9,7 +9,6 @@ batch and its best K falls from 5 at batch 1 to 1-2 at batch 32."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 
 from adaptivespec.controller.controller import Controller
 
@@ -56,37 +55,3 @@ def test_a_fresh_bucket_spends_its_short_horizon_on_arms_that_may_win() -> None:
     runs = [_sweep(seed) for seed in range(SEEDS)]
     assert statistics.mean(r for r, _ in runs) >= 0.935
     assert statistics.mean(t for _, t in runs) <= 8.2
-
-
-# Per batch size, how often each drafter's drafts are kept (prompt lookup, suffix decoding): the
-# requests that share a batch at each load suit the two differently.
-UNLIKE = {1: (0.7, 0.5), 2: (0.5, 0.85), 4: (0.45, 0.45), 8: (0.6, 0.6), 16: (0.75, 0.4), 32: (0.4, 0.7)}
-
-
-def _interleaved(seed: int, rounds: int = 2) -> float:
-    """Goodput over the best arm's, averaged over the buckets, visited 10 steps at a time in
-    rounds (as `bench control` interleaves them), each bucket's rows as UNLIKE sets them."""
-    controller = Controller("m", "h", methods=("ngram", "suffix"))
-    ratios = []
-    for r in range(rounds):
-        for batch in BATCHES:
-            drafters = _machines(batch)
-            drafters = {
-                name: replace(machine, alpha=alpha)
-                for (name, machine), alpha in zip(drafters.items(), UNLIKE[batch], strict=True)
-            }
-            run = Run(drafters["ngram"], batch, seed * 1000 + batch * 10 + r, drafters=drafters)
-            for _ in range(10):
-                assert controller.ingest(run.step(controller.live))
-            ran = [drafters[m or "ngram"] for m in run.methods]
-            tokens = sum(m.tokens(k) for m, k in zip(ran, run.ks, strict=True))
-            seconds = sum(m.seconds(k) for m, k in zip(ran, run.ks, strict=True))
-            ratios.append(tokens / seconds / max(m.goodput(k) for m in drafters.values() for k in ARMS))
-    return statistics.mean(ratios)
-
-
-def test_a_bucket_whose_rows_suit_the_drafters_otherwise_is_priced_by_its_own_rows() -> None:
-    """Over 20 seeds of 20 steps a bucket the run keeps 0.907 of the best arm's goodput; priced
-    by the drafters' pooled curves alone (before kept_ratio.py) 0.858, running the drafter and
-    the K the other buckets' rows earned. Exact figures, as above."""
-    assert statistics.mean(_interleaved(seed) for seed in range(20)) >= 0.89
