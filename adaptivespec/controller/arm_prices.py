@@ -11,9 +11,7 @@ symmetric about it by the arm's measured error, except in four cases:
   K), so that it is tried unless even that cannot win;
 - an arm measured only a few times may have met a stall (a step that lost its core), which
   only ever makes a step slower: its upper bound is widened by the machine's measured stall
-  tail, shared out over its samples, and scaled by the machine's level as its steps ran (a
-  single step reads above the lower quartile a well-measured arm is priced by, and more so in
-  a busy spell: `RobustStat.levelled`); on a noisy machine an arm measured once is bounded
+  tail, shared out over its samples, and on a noisy machine an arm measured once is bounded
   no lower than the cost model would bound it unmeasured, so one unlucky step does not price
   a good arm out;
 - on any machine, an arm measured once whose step time is above what a larger arm measured
@@ -135,7 +133,7 @@ class ArmPrices:
                 lead_hope = self.hoped.get(lead, 1.0) / self.tokens.get(lead, 1.0)
                 hope = max(1.0, self.hoped[k] / self.tokens[k] / lead_hope)
             if k in predicted:
-                bounds[k] = predicted[k] * hope * (1 + self._upper_error(k)) * self._spell(k)
+                bounds[k] = predicted[k] * hope * (1 + self._upper_error(k))
                 # An arm measured once may have met a stall, and is bounded at the cheapest step
                 # the cost model allows it: on a noisy machine, what it would bound it by
                 # unmeasured; on any machine, the ceiling a larger arm and a smaller batch set
@@ -174,13 +172,6 @@ class ArmPrices:
         if support < MIN_ROBUST:
             return max(error, self.tail / support)  # one of its steps may have been a stall
         return error
-
-    def _spell(self, k: Arm) -> float:
-        """How much faster an arm measured a few times would read on the scale of a lower
-        quartile: its figure over the same steps each over the machine's level (1 once judged)."""
-        stat = self.times.get(k)
-        levelled = getattr(stat, "levelled", None)
-        return stat.mean / levelled if stat is not None and levelled else 1.0
 
     def _verify_best(self, best_case: Mapping[Arm, float], without: Arm | None = None) -> dict[int, float]:
         """By K, the least verify seconds measured at K over the drafters (`without` one arm's),

@@ -105,11 +105,10 @@ class Controller:
             tokens_per_row = record.emitted / record.batch_size
             # The arm's own cost, without switching's: that one is the switch's (observe_switch).
             seconds = record.step_seconds - record.catch_up_seconds
-            level = self.stalls.level  # of the steps before this one: this one may be a probe
             typical = cell.evidence.typical_seconds(ran)
             if typical is not None:
                 self.stalls.observe(seconds, typical)
-            cell.evidence.observe(ran, tokens_per_row, seconds, record.verify_seconds, level)
+            cell.evidence.observe(ran, tokens_per_row, seconds, record.verify_seconds)
             if record.catch_up_tokens:
                 cell.evidence.observe_switch(ran.method, record.catch_up_seconds)
             self.cells.changed(key)

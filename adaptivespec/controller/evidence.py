@@ -54,18 +54,16 @@ class CellEvidence:
             self._times = {k: _merged(self.seconds.get(k), self.fleet.get(k), window) for k in arms}
         return self._times
 
-    def observe(
-        self, k: Arm, tokens_per_row: float, step_seconds: float, verify_seconds: float, level: float = 1.0
-    ) -> None:
+    def observe(self, k: Arm, tokens_per_row: float, step_seconds: float, verify_seconds: float) -> None:
         """One step at arm `k`; `step_seconds` without any switch's catch-up (`observe_switch`),
-        `verify_seconds` the part of it after the draft, `level` the machine's (stall_tail.py)."""
+        `verify_seconds` the part of it after the draft."""
         if self.scale <= 0.0:
             self.scale = tokens_per_row / step_seconds
         self.rewards.setdefault(k, EWStat(self.settings.fading)).update(
             tokens_per_row / step_seconds / self.scale
         )
-        self.seconds.setdefault(k, RobustStat()).update(step_seconds, level)
-        self.verify.setdefault(k, RobustStat()).update(min(verify_seconds, step_seconds), level)
+        self.seconds.setdefault(k, RobustStat()).update(step_seconds)
+        self.verify.setdefault(k, RobustStat()).update(min(verify_seconds, step_seconds))
         self._times = None
         self.samples += 1
 

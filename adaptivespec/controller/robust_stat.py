@@ -15,15 +15,6 @@ also ranks arms as their means would; where a stall adds the same seconds to any
 time slice, as on the 2-core hosts measured), it under-values the arms that keep more tokens a
 step and so meet fewer stalls per token (docs/results.md, the controller on a busy machine).
 
-Until the window holds enough steps for quartiles, the location is the smallest of its steps,
-and a single step reads above a lower quartile even when nothing stalled, more so in a busy
-spell. `levelled` is then the smallest of the steps each over the machine's level when it ran
-(stall_tail.py): a step taken while the machine ran a tenth slow counts as a tenth faster. It is
-what the arm may be on the scale of the lower quartiles it is compared with, and cells bound an
-arm probed once or twice by it (arm_prices.py), so that a probe taken in a busy spell is looked
-at again; the location itself stays the step as measured, so that a probe lucky in its spell is
-not decided on one step.
-
 Fields `mean`, `var` and `count` mean what `EWStat`'s do, so the store, the fleet's totals and
 the cells read either alike; a restored stat starts from them until its window has samples.
 """
@@ -45,7 +36,6 @@ class RobustStat:
     var: float = 0.0  # ((median - lower quartile) / 0.6745)^2 of the window (or what was restored)
     count: int = 0  # every sample ever, restored ones included
     _recent: deque[float] = field(default_factory=deque)
-    _levelled: deque[float] = field(default_factory=deque)  # each of `_recent` over its level
     _restored: bool = False  # mean and var came from the store: they stand until the window can
 
     def __post_init__(self) -> None:
@@ -56,29 +46,15 @@ class RobustStat:
     def restored(cls, mean: float, var: float, count: int, window: int = WINDOW) -> RobustStat:
         return cls(window, mean, var, count, _restored=count > 0)
 
-    def update(self, x: float, level: float = 1.0) -> None:
-        """One sample; `level` is how the machine's steps compared with robust figures as it
-        was taken (stall_tail.py: 1 on a quiet machine)."""
-        if level <= 0:
-            raise ValueError(f"level must be positive, got {level}")
+    def update(self, x: float) -> None:
         self.count += 1
         self._recent.append(x)
-        self._levelled.append(x / level)
         if len(self._recent) > self.window:
             self._recent.popleft()
-            self._levelled.popleft()
         if self._restored and len(self._recent) < MIN_ROBUST:
             return  # a few new steps do not outweigh what was restored
         self._restored = False
         self.mean, self.var = _location_and_spread(sorted(self._recent))
-
-    @property
-    def levelled(self) -> float:
-        """The location with each of a few steps over the machine's level as it ran; the
-        location itself once the window can judge (or while a restored figure stands)."""
-        if self._restored or not self._recent or len(self._recent) >= MIN_ROBUST:
-            return self.mean
-        return min(self._levelled)
 
     @property
     def samples(self) -> int:

@@ -24,10 +24,6 @@ class Machine:
     alpha: float = 0.8  # P(a draft is kept | the one before it was)
     stall_share: float = 0.0  # steps that lose their core to another process
     stall: tuple[float, float] = (3.0, 6.0)  # ... and take this many times as long
-    # Busy spells: every step's time is scaled by a load factor that moves slowly (its log an
-    # AR(1) process with this innovation and `spell_memory`), as another job's phases do.
-    spell: float = 0.0
-    spell_memory: float = 0.9
     catch_up_per_token: float = 0.0  # seconds per row and missed token, after K = 0 steps
     # The verify's share of the rise (the rest is the draft's): None, all of it (a drafter whose
     # drafts cost nothing, as prompt lookup's nearly do).
@@ -78,7 +74,6 @@ class Run:
         self.ks: list[int] = []
         self.methods: list[str] = []  # the drafter of each step ("" at K = 0)
         self.missed: dict[str, int] = {}  # per drafter, the steps since it last drafted
-        self.load = 0.0  # the log of the busy spell's load factor
 
     def step(self, policy: SpecPolicy) -> StepTelemetry:
         rng = self.rng
@@ -90,9 +85,6 @@ class Run:
             kept = rng.random((self.batch, k)) < m.alpha
             accepted = np.cumprod(kept, axis=1).sum(axis=1).tolist()
         seconds = m.seconds(k)
-        if self.machine.spell:
-            self.load = self.machine.spell_memory * self.load + self.machine.spell * rng.standard_normal()
-            seconds *= float(np.exp(self.load))
         if rng.random() < self.machine.stall_share:
             seconds *= rng.uniform(*self.machine.stall)
         missed = self.missed.get(method, 0) if k else 0  # steps since this drafter last drafted

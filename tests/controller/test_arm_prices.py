@@ -132,20 +132,3 @@ def test_the_next_k_past_the_decision_is_bounded_with_what_its_last_position_may
     assert bounds[arm("draft", 2)] / judged.predicted()[arm("draft", 2)] == pytest.approx(
         own[arm("draft", 1)]
     )
-
-
-def test_a_probe_taken_in_a_busy_spell_is_bounded_at_the_machines_level_and_priced_as_measured() -> None:
-    """K = 3 measured once while the machine's steps ran 20% above their robust figures: its
-    upper bound is what it would be had the step read 20% faster, so that it is looked at
-    again; its estimate, which decisions are made on, stays the step as measured. Measured at
-    level 1, the same step gets the plain bound (the comparison: the level is what moved it)."""
-    times = {1: _stat(0.012, 20), 2: _stat(0.014, 20), 4: _stat(0.018, 20)}
-    busy, quiet = RobustStat(), RobustStat()
-    busy.update(0.0192, level=1.2)
-    quiet.update(0.0192)
-    in_spell, at_rest = _prices({**times, 3: busy}), _prices({**times, 3: quiet})
-    k3 = ARMS[3]
-    assert in_spell.predicted()[k3] == at_rest.predicted()[k3]
-    upper_spell = in_spell.optimistic(in_spell.predicted())[k3]
-    upper_rest = at_rest.optimistic(at_rest.predicted())[k3]
-    assert upper_spell == pytest.approx(1.2 * upper_rest)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from adaptivespec.controller.stall_tail import LEVEL_WINDOW, MIN_LEVEL, MIN_RATIOS, PRIOR_TAIL, StallTail
+from adaptivespec.controller.stall_tail import MIN_RATIOS, PRIOR_TAIL, StallTail
 
 
 def test_the_tail_is_the_prior_until_the_machine_is_measured() -> None:
@@ -25,19 +25,3 @@ def test_a_quiet_machine_has_a_thin_tail_and_a_shared_one_a_heavy_one(
             seconds *= rng.uniform(3, 6)
         tail.observe(float(seconds), 0.010)
     assert low <= tail.tail <= high
-
-
-def test_the_level_is_the_median_of_the_last_steps_and_one_before_them() -> None:
-    """Until a few steps are measured a step is taken at its word (level 1); then the level is
-    the median of the last LEVEL_WINDOW ratios, so a busy spell shows at once and passes."""
-    machine = StallTail()
-    for _ in range(MIN_LEVEL - 1):
-        machine.observe(0.020, 0.010)
-    assert machine.level == 1.0
-    for _ in range(LEVEL_WINDOW):
-        machine.observe(0.012, 0.010)
-    machine.observe(0.050, 0.010)  # one stall does not move a median
-    assert machine.level == pytest.approx(1.2)
-    for _ in range(LEVEL_WINDOW):
-        machine.observe(0.010, 0.010)
-    assert machine.level == pytest.approx(1.0)
