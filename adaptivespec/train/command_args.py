@@ -8,7 +8,9 @@ from pathlib import Path
 from adaptivespec.config import DEFAULT_MODEL
 
 # Defaults, stated once here; train_draft.py's settings take them from the parsed flags.
+# PROMPTS and EPOCHS are caps: the budget (MINUTES) decides how much of them a machine does.
 PROMPTS, NEW_TOKENS, DRAFT_VOCAB, EPOCHS, LR, BATCH_SEQUENCES = 480, 128, 8192, 5.0, 2e-3, 8
+MINUTES = 30.0
 
 
 def register(
@@ -23,10 +25,19 @@ def register(
     train.add_argument(
         "--out", type=Path, help="where to write the head (default: the cache, by the target's content)"
     )
-    train.add_argument("--prompts", type=int, default=PROMPTS, help="prompts the target continues")
+    train.add_argument(
+        "--prompts", type=int, default=PROMPTS, help="the most prompts the target continues (see --minutes)"
+    )
     train.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="tokens of each continuation")
     train.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB, help="ids the head drafts among")
-    train.add_argument("--epochs", type=float, default=EPOCHS)
+    train.add_argument("--epochs", type=float, default=EPOCHS, help="the most epochs trained (see --minutes)")
+    train.add_argument(
+        "--minutes",
+        type=float,
+        default=MINUTES,
+        help="the whole command's budget: the teacher stops at its share of it and training takes the "
+        "rest, within --prompts and --epochs (0: no budget, all of both)",
+    )
     train.add_argument("--lr", type=float, default=LR)
     train.add_argument(
         "--text",

@@ -135,10 +135,11 @@ class HeadTrainer:
             picked = batches[b]
             yield _gather([shards[s] for s, _ in picked], [r for _, r in picked])
 
+    def steps_per_epoch(self, shards: list[Shard]) -> int:
+        return math.ceil(sum(shard.tokens.shape[0] for shard in shards) / self.settings.batch_sequences)
+
     def total_steps(self, shards: list[Shard]) -> int:
-        sequences = sum(shard.tokens.shape[0] for shard in shards)
-        per_epoch = math.ceil(sequences / self.settings.batch_sequences)
-        return max(1, math.ceil(per_epoch * self.settings.epochs))
+        return max(1, math.ceil(self.steps_per_epoch(shards) * self.settings.epochs))
 
     def train_step(self, batch: Shard, total: int) -> dict[str, float]:
         lr = self.settings.lr * 0.5 * (1 + math.cos(math.pi * min(self.step / total, 1.0)))

@@ -2,9 +2,11 @@
 
 1. Prompts from local text (corpus.py); the serving engine writes the target's continuations
    (continuations.py), and the target records what the head learns from (teacher.py), shard
-   by shard.
+   by shard, for as many groups of prompts as the teacher's share of the budget holds
+   (budget.py).
 2. The draft vocabulary: the ids that text uses most.
-3. The head trains on the shards (head_trainer.py), checkpointed every minute.
+3. The head trains on the shards (head_trainer.py) for as many steps as the rest of the
+   budget holds, checkpointed every minute.
 4. It is written in the speculators format, into the cache under the target's content
    (head_cache.py), where `serve --proposer auto` finds it, or into --out.
 
@@ -31,6 +33,7 @@ from adaptivespec.engine.loader import load_model, load_tokenizer
 from adaptivespec.engine.model_cache import announce
 from adaptivespec.engine.model_sources import resolve_models
 from adaptivespec.errors import AdaptiveSpecError
+from adaptivespec.train.budget import Budget, Plan, repace_after, seconds_per_step
 from adaptivespec.train.command_args import DRAFT_VOCAB, NEW_TOKENS, PROMPTS
 from adaptivespec.train.continuations import Continuations, ContinuationWriter
 from adaptivespec.train.corpus import training_prompts
@@ -40,7 +43,7 @@ from adaptivespec.train.teacher import Shard, Teacher
 
 @dataclass(frozen=True, slots=True)
 class DataSettings:
-    prompts: int = PROMPTS
+    prompts: int = PROMPTS  # at most: a budget may stop the teacher sooner
     new_tokens: int = NEW_TOKENS  # the target's continuation of each prompt
     batch: int = 16  # sequences recorded in one forward: one shard
     group: int = 8  # shards whose prompts the engine continues together (the unit of resuming)
@@ -58,9 +61,12 @@ def run(args: argparse.Namespace) -> Path:
         args.prompts, args.new_tokens, draft_vocab=args.draft_vocab, seed=args.seed, text=args.text
     )
     fit = TrainSettings(epochs=args.epochs, lr=args.lr, seed=args.seed, bf16=native_cpu_bf16())
+    if args.minutes < 0:
+        raise AdaptiveSpecError(f"--minutes must be 0 (no budget) or more, not {args.minutes}")
+    budget = Budget(args.minutes * 60) if args.minutes > 0 else None
     threads = set_threads(args.threads)
     try:
-        home = train_draft(args.target, args.out, data, fit, threads=threads)
+        home = train_draft(args.target, args.out, data, fit, threads=threads, budget=budget)
     except KeyboardInterrupt:
         raise AdaptiveSpecError(
             "train-draft interrupted; run the same command again to resume where it stopped"
@@ -77,7 +83,10 @@ def train_draft(
     *,
     progress: bool = True,
     threads: int = 0,
+    budget: Budget | None = None,
 ) -> Path:
+    """The head's directory; with a `budget`, `data.prompts` and `fit.epochs` are caps that
+    the budget may stop short of (budget.py)."""
     source, _ = resolve_models(ModelConfig(target=target_name, proposer="ngram"), progress)
     home = out or head_home(source.path)
     if (home / "config.json").is_file():
@@ -94,11 +103,13 @@ def train_draft(
     prompts = training_prompts(tokenizer, data.prompts, data.seed, text=text)
     continuations = Continuations(target_name, threads, max(len(p) for p in prompts), data.new_tokens)
     teacher = Teacher(target, spec.aux_layers or (), bf16=fit.bf16)
-    shards = _teach(teacher, continuations, prompts, data, work, progress=progress)
+    plan = Plan(work / "plan.json")
+    shards = _teach(teacher, continuations, prompts, data, work, plan=plan, budget=budget, progress=progress)
     ids = _vocabulary(shards, spec, vocab, work)
     head = new_head(spec, target, ids, data.seed)
     trainer = HeadTrainer(head, target.get_input_embeddings(), fit)
-    _fit(trainer, shards, work, progress)
+    _plan_steps(trainer, shards, plan, budget, progress)
+    _fit(trainer, shards, work, plan, budget, progress=progress)
     write_head(home, spec, head.weights(), speculative_tokens=4)
     size = sum(t.numel() * t.element_size() for t in head.weights().values())
     minutes = (time.perf_counter() - began) / 60
@@ -117,32 +128,48 @@ def _teach(
     data: DataSettings,
     work: Path,
     *,
+    plan: Plan,
+    budget: Budget | None,
     progress: bool,
 ) -> list[Shard]:
-    """The shards, made group by group where a run before this one did not make them."""
+    """The shards, made group by group where a run before this one did not make them, while
+    the budget's teacher share holds another group (the plan keeps where it stopped)."""
     per_group = data.batch * data.group
     groups = [prompts[i : i + per_group] for i in range(0, len(prompts), per_group)]
     writer: ContinuationWriter | None = None
     shards: list[Shard] = []
-    began, made = time.perf_counter(), 0
+    began, made, taken = time.perf_counter(), 0, 0
     announce(
         progress,
         f"teacher: the target continues {len(prompts)} prompts ({data.new_tokens} tokens each) "
         f"in {len(groups)} groups of up to {per_group}, then records its states over them",
     )
     for g, group in enumerate(groups):
+        if plan.groups is not None and g >= plan.groups:
+            break
         paths = [work / f"shard-{g:04d}-{j}.pt" for j in range(-(-len(group) // data.batch))]
         if not all(path.exists() for path in paths):
+            if budget is not None and not budget.another_group_fits(plan.teacher_seconds, plan.groups_made):
+                announce(
+                    progress,
+                    f"teacher: stops after {g} of {len(groups)} groups, at its share of the "
+                    f"{budget.seconds / 60:g}-minute budget (--minutes)",
+                )
+                break
+            group_began = time.perf_counter()
             if writer is None:  # a resumed run with every shard made never loads the engine
                 writer = ContinuationWriter(continuations, progress=False)
             sequences = writer.write(group, first_index=g * per_group, seed=data.seed)
             with torch.inference_mode():
                 for j, path in enumerate(paths):
                     teacher.record(sequences[j * data.batch : (j + 1) * data.batch]).save(path)
+            plan.made_group(time.perf_counter() - group_began)
             made += 1
         shards += [Shard.load(path) for path in paths]
         if made:
             left = (time.perf_counter() - began) / made * (len(groups) - g - 1)
+            if budget is not None:
+                left = min(left, max(0.0, budget.teacher_share * budget.seconds - plan.teacher_seconds))
             tokens = sum(int(s.lengths.sum()) for s in shards)
             done = min(len(prompts), (g + 1) * per_group)
             announce(
@@ -150,6 +177,9 @@ def _teach(
                 f"teacher: {done}/{len(prompts)} prompts continued and recorded, {tokens:,} tokens, "
                 f"about {left / 60:.1f} min left",
             )
+        taken = g + 1
+    if plan.groups is None:
+        plan.close_teacher(taken)
     return shards
 
 
@@ -163,12 +193,58 @@ def _vocabulary(shards: list[Shard], spec: Eagle3Spec, vocab: int, work: Path) -
     return ids
 
 
-def _fit(trainer: HeadTrainer, shards: list[Shard], work: Path, progress: bool) -> None:
+def _bounds(trainer: HeadTrainer, shards: list[Shard]) -> tuple[int, int]:
+    """The fewest steps a budget may give training (one epoch) and the most (the epochs asked for)."""
+    most = trainer.total_steps(shards)
+    return min(trainer.steps_per_epoch(shards), most), most
+
+
+def _plan_steps(
+    trainer: HeadTrainer, shards: list[Shard], plan: Plan, budget: Budget | None, progress: bool
+) -> None:
+    """Training's steps, unless the plan has them: what the budget leaves after the teacher at a
+    copy's pace, or the epochs asked for."""
+    if plan.steps is not None:
+        return
+    least, most = _bounds(trainer, shards)
+    if budget is None:
+        plan.fix_steps(most)
+        return
+    pace = seconds_per_step(trainer, shards)
+    plan.fix_steps(budget.training_steps(plan.teacher_seconds, pace, least=least, most=most))
+    announce(
+        progress,
+        f"training: {plan.steps} steps at {pace:.2f} s a step fit the {budget.seconds / 60:g}-minute "
+        f"budget's rest (at most {most}: --epochs); re-paced after {repace_after(plan.steps or 1)}",
+    )
+
+
+def _repace(trainer: HeadTrainer, shards: list[Shard], plan: Plan, budget: Budget, pace: float) -> int:
+    """Training's steps again, at the pace the run's own steps kept."""
+    least, most = _bounds(trainer, shards)
+    plan.fix_steps(
+        budget.training_steps(plan.teacher_seconds, pace, least=max(least, trainer.step), most=most),
+        repaced=True,
+    )
+    assert plan.steps is not None
+    return plan.steps
+
+
+def _fit(
+    trainer: HeadTrainer,
+    shards: list[Shard],
+    work: Path,
+    plan: Plan,
+    budget: Budget | None,
+    *,
+    progress: bool,
+) -> None:
     checkpoint = work / "train-state.pt"
     if checkpoint.exists():
         trainer.load_state_dict(torch.load(checkpoint, weights_only=False))
         announce(progress, f"training: resumed at step {trainer.step}")
-    total = trainer.total_steps(shards)
+    assert plan.steps is not None
+    total = plan.steps
     done, saved, began = 0, time.perf_counter(), time.perf_counter()
     start_step = trainer.step
     epoch = 0
@@ -181,6 +257,11 @@ def _fit(trainer: HeadTrainer, shards: list[Shard], work: Path, progress: bool) 
                 break
             metrics = trainer.train_step(batch, total)
             done += 1
+            ran = trainer.step - start_step
+            if budget is not None and not plan.repaced and ran >= repace_after(total):
+                pace = (time.perf_counter() - began) / ran
+                total = _repace(trainer, shards, plan, budget, pace)
+                announce(progress, f"training: {total} steps at the {pace:.2f} s a step its own kept")
             if time.perf_counter() - saved > trainer.settings.checkpoint_seconds or trainer.step == total:
                 torch.save(trainer.state_dict(), checkpoint.with_suffix(".partial"))
                 checkpoint.with_suffix(".partial").rename(checkpoint)
