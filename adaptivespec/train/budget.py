@@ -9,8 +9,8 @@ one. So the amounts are caps, and the budget decides within them:
   most the epochs asked for): first at the pace of a few steps timed on a copy of the
   trainer, so that the learning-rate schedule has a length from its first step; then, a
   tenth of the way in, at the pace its own steps kept, checkpoints included (a copy's few
-  steps read 15-30% off the run's pace). The schedule is a cosine, so moving its end that
-  early changes the rate by a few percent at most.
+  steps read 15-30% off the run's pace: batches differ in width). The schedule is a cosine,
+  so moving its end that early changes the rate by a few percent at most.
 
 The plan is written to the work folder as it is made: a resumed run follows the plan of
 the run it resumes and builds the head that run would have built.
@@ -103,20 +103,14 @@ def repace_after(steps: int) -> int:
 
 
 def seconds_per_step(trainer: HeadTrainer, shards: list[Shard]) -> float:
-    """An average training step's seconds over the first epoch's batches, timed on a copy of the
-    trainer (the head itself is untouched). Batches differ in width, so a few steps are timed
-    per padded token and scaled to the epoch's mean batch."""
+    """A training step's seconds, timed on a copy of the trainer (the head itself is untouched).
+    Only a first guess: batches differ in width, and the run re-paces itself at its own steps'."""
     trial = copy.deepcopy(trainer)
     total = trainer.total_steps(shards)
-    timed: list[tuple[float, int]] = []  # (seconds, padded tokens) of each timed step
-    tokens, batches = 0, 0
-    for batch in trainer.batches(shards, epoch=0):
-        tokens += batch.tokens.numel()
-        batches += 1
-        if len(timed) < TIMED_STEPS:
-            began = time.perf_counter()
-            trial.train_step(batch, total)
-            timed.append((time.perf_counter() - began, batch.tokens.numel()))
-    counted = timed[1:] or timed  # the first step warms up
-    per_token = sum(t for t, _ in counted) / max(1, sum(n for _, n in counted))
-    return per_token * tokens / max(1, batches)
+    times = []
+    for batch, _ in zip(trainer.batches(shards, epoch=0), range(TIMED_STEPS), strict=False):
+        began = time.perf_counter()
+        trial.train_step(batch, total)
+        times.append(time.perf_counter() - began)
+    counted = times[1:] or times  # the first step warms up
+    return sum(counted) / len(counted)

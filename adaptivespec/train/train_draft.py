@@ -193,10 +193,14 @@ def _vocabulary(shards: list[Shard], spec: Eagle3Spec, vocab: int, work: Path) -
     return ids
 
 
-def _bounds(trainer: HeadTrainer, shards: list[Shard]) -> tuple[int, int]:
-    """The fewest steps a budget may give training (one epoch) and the most (the epochs asked for)."""
+def _budgeted_steps(
+    trainer: HeadTrainer, shards: list[Shard], budget: Budget, spent: float, pace: float
+) -> int:
+    """The steps the budget's rest holds at `pace`: at least one epoch and the steps already
+    taken, at most the epochs asked for."""
     most = trainer.total_steps(shards)
-    return min(trainer.steps_per_epoch(shards), most), most
+    least = max(min(trainer.steps_per_epoch(shards), most), trainer.step)
+    return budget.training_steps(spent, pace, least=least, most=most)
 
 
 def _plan_steps(
@@ -206,28 +210,17 @@ def _plan_steps(
     copy's pace, or the epochs asked for."""
     if plan.steps is not None:
         return
-    least, most = _bounds(trainer, shards)
     if budget is None:
-        plan.fix_steps(most)
+        plan.fix_steps(trainer.total_steps(shards))
         return
     pace = seconds_per_step(trainer, shards)
-    plan.fix_steps(budget.training_steps(plan.teacher_seconds, pace, least=least, most=most))
+    steps = _budgeted_steps(trainer, shards, budget, plan.teacher_seconds, pace)
+    plan.fix_steps(steps)
     announce(
         progress,
-        f"training: {plan.steps} steps at {pace:.2f} s a step fit the {budget.seconds / 60:g}-minute "
-        f"budget's rest (at most {most}: --epochs); re-paced after {repace_after(plan.steps or 1)}",
+        f"training: {steps} steps at {pace:.2f} s a step fit the {budget.seconds / 60:g}-minute "
+        f"budget's rest (--epochs caps them); re-paced after {repace_after(steps)}",
     )
-
-
-def _repace(trainer: HeadTrainer, shards: list[Shard], plan: Plan, budget: Budget, pace: float) -> int:
-    """Training's steps again, at the pace the run's own steps kept."""
-    least, most = _bounds(trainer, shards)
-    plan.fix_steps(
-        budget.training_steps(plan.teacher_seconds, pace, least=max(least, trainer.step), most=most),
-        repaced=True,
-    )
-    assert plan.steps is not None
-    return plan.steps
 
 
 def _fit(
@@ -260,7 +253,8 @@ def _fit(
             ran = trainer.step - start_step
             if budget is not None and not plan.repaced and ran >= repace_after(total):
                 pace = (time.perf_counter() - began) / ran
-                total = _repace(trainer, shards, plan, budget, pace)
+                total = _budgeted_steps(trainer, shards, budget, plan.teacher_seconds, pace)
+                plan.fix_steps(total, repaced=True)
                 announce(progress, f"training: {total} steps at the {pace:.2f} s a step its own kept")
             if time.perf_counter() - saved > trainer.settings.checkpoint_seconds or trainer.step == total:
                 torch.save(trainer.state_dict(), checkpoint.with_suffix(".partial"))
