@@ -20,6 +20,7 @@ from adaptivespec.bench import (
     calibrate,
     control,
     controller_bench,
+    copy_ceiling,
     coupling,
     drafters,
     engine_bench,
@@ -61,6 +62,7 @@ def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     control.register(kinds)
     coupling.register(kinds)
     drafters.register(kinds)
+    copy_ceiling.register(kinds)
     off_cost.register(kinds)
     fleet.register(kinds)
     calibrate.register(kinds)
@@ -91,6 +93,7 @@ def run(args: argparse.Namespace) -> None:
         "control": control.run,
         "coupling": coupling.run,
         "drafters": drafters.run,
+        "copy-ceiling": copy_ceiling.run,
         "off-cost": off_cost.run,
         "fleet": fleet.run,
         "calibrate": calibrate.run,

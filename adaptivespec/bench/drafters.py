@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench = kinds.add_parser(
         "drafters", help="tokens per verify step and decode speed of each drafter, batch 1"
     )
-    bench.add_argument("--traffic", choices=MIXES, default="code-edit")
-    bench.add_argument("--target", default="smollm2-135m-instruct")
-    bench.add_argument("--drafters", default="ngram,suffix", help=f"comma-separated, of {CONTENDERS}")
+    add_requests_and_drafters(bench, CONTENDERS, max_tokens=192)
     bench.add_argument(
         "--k", default="8", help="draft tokens per step; several, comma-separated, run each drafter at each"
     )
@@ -72,27 +71,43 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="eagle3's head directory (default: the one train-draft cached for the target)",
     )
-    bench.add_argument("--requests", type=int, default=8)
-    bench.add_argument("--max-tokens", type=int, default=192)
     bench.add_argument("--rounds", type=int, default=3)
+
+
+def add_requests_and_drafters(
+    bench: argparse.ArgumentParser, drafters: Sequence[str], max_tokens: int
+) -> None:
+    """Which requests (a traffic mix's, by seed), which drafters, and the model-free drafters'
+    settings as the daemon's config names them."""
+    bench.add_argument("--traffic", choices=MIXES, default="code-edit")
+    bench.add_argument("--target", default="smollm2-135m-instruct")
+    bench.add_argument("--drafters", default="ngram,suffix", help=f"comma-separated, of {drafters}")
+    bench.add_argument("--requests", type=int, default=8)
+    bench.add_argument("--max-tokens", type=int, default=max_tokens)
     bench.add_argument("--seed", type=int, default=0, help="which prompts (other seeds: other prompts)")
+    bench.add_argument("--json", type=Path, default=None)
     bench.add_argument(
         "--ngram-min", type=int, default=ModelConfig().ngram_min, help="prompt lookup's shortest match"
     )
     defaults = SuffixSettings()
     bench.add_argument("--suffix-spec-factor", type=float, default=defaults.max_spec_factor)
     bench.add_argument("--suffix-min-prob", type=float, default=defaults.min_token_prob)
-    bench.add_argument("--json", type=Path, default=None)
 
 
-def run(args: argparse.Namespace) -> None:
+def chosen_drafters(args: argparse.Namespace, allowed: Sequence[str]) -> list[str]:
+    """`--drafters`, checked: each one known, and suffix's trees installed where it is named."""
     drafters = [d for d in args.drafters.split(",") if d]
-    unknown = sorted(set(drafters) - set(CONTENDERS))
-    if unknown:
-        raise SystemExit(f"unknown drafters {unknown}: choose among {CONTENDERS}")
+    unknown = sorted(set(drafters) - set(allowed))
+    if unknown or not drafters:
+        raise SystemExit(f"unknown drafters {unknown}: choose among {allowed}")
     if any("suffix" in d for d in drafters) and not suffix_available():
         raise SystemExit("suffix needs arctic-inference: run ops/install-suffix.sh")
-    # The torch runtime's own steps (what this measures); `bench workload` takes --runtime.
+    return drafters
+
+
+def batch_one_config(args: argparse.Namespace, ks: list[int]) -> EngineConfig:
+    """One row on the torch runtime's own steps (`bench workload` takes --runtime), the
+    drafters set as the flags say, room for the largest K."""
     models = ModelConfig(
         target=args.target,
         proposer="ngram",
@@ -103,10 +118,16 @@ def run(args: argparse.Namespace) -> None:
         suffix_min_prob=args.suffix_min_prob,
         runtime="torch",
     )
-    ks = [int(k) for k in str(args.k).split(",")]
-    config = EngineConfig(
+    return EngineConfig(
         max_batch=1, max_context=2048, max_spec_tokens=max(ks), threads=args.threads, models=models
     )
+
+
+def run(args: argparse.Namespace) -> None:
+    drafters = chosen_drafters(args, CONTENDERS)
+    ks = [int(k) for k in str(args.k).split(",")]
+    config = batch_one_config(args, ks)
+    models = config.models
     loaded = load_runner(config)
     head_dir = _head_dir(args.head, loaded) if any("eagle3" in d for d in drafters) else None
     head = None if head_dir is None else load_head(head_dir, loaded.runner.target.model, linear="packed")
@@ -127,7 +148,7 @@ def run(args: argparse.Namespace) -> None:
             drafter, k = plan[name]
             runner = _runner(loaded, config, drafter, head)
             try:
-                runs[name].append(_decode_all(runner, requests, k, args.max_tokens))
+                runs[name].append(decode_all(runner, requests, k, args.max_tokens))
             finally:
                 runner.close()
             print(
@@ -178,7 +199,7 @@ def _runner(loaded: LoadedModels, config: EngineConfig, name: str, head: Eagle3H
 
 
 @torch.inference_mode()
-def _decode_all(runner: HFRunner, requests: list[list[int]], k: int, max_tokens: int) -> Run:
+def decode_all(runner: HFRunner, requests: list[list[int]], k: int, max_tokens: int) -> Run:
     tokens = steps = 0
     seconds = 0.0
     outputs = []
