@@ -99,7 +99,7 @@ def chosen_drafters(args: argparse.Namespace, allowed: Sequence[str]) -> list[st
     drafters = [d for d in args.drafters.split(",") if d]
     unknown = sorted(set(drafters) - set(allowed))
     if unknown or not drafters:
-        raise SystemExit(f"unknown drafters {unknown}: choose among {allowed}")
+        raise SystemExit(f"--drafters {args.drafters!r}: name one or more of {', '.join(allowed)}")
     if any("suffix" in d for d in drafters) and not suffix_available():
         raise SystemExit("suffix needs arctic-inference: run ops/install-suffix.sh")
     return drafters
