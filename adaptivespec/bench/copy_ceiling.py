@@ -39,6 +39,7 @@ from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.proposers import NgramProposer
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.suffix_proposer import SuffixProposer
+from adaptivespec.engine.verification import kept_prefix
 
 Copying = NgramProposer | SuffixProposer
 BEST = "best"  # the contender that takes, at each step, whichever drafter's draft keeps most
@@ -77,16 +78,16 @@ def _tokens_per_step(requests: Sequence[Decoded], makers: list[Callable[[], Copy
         rows.write_prompt(0, prompt + list(request.written))
         for proposer in proposers:
             proposer.prefill(0, [prompt], [0])
-        target = np.array(request.written, dtype=np.int64)
+        # What the target writes at each position; -1 past what the decode wrote, so no draft is kept there.
+        target = np.full(len(request.written) + k + 1, -1, dtype=np.int64)
+        target[: len(request.written)] = request.written
         made = 1  # the prefill's token
         while made < len(request.output):
             rows.set_lens(0, [len(prompt) + made])
-            kept = 0
-            for proposer in proposers:
-                drafts, counts = proposer.draft_rows(rows, only, k)
-                ahead = target[made : made + int(counts[0])]
-                same = drafts[0, : len(ahead)] == ahead
-                kept = max(kept, int(same.argmin()) if not same.all() else len(ahead))
+            chosen = target[None, made : made + k + 1]  # [1, K + 1], as a greedy verify chooses
+            kept = max(
+                int(kept_prefix(chosen, *proposer.draft_rows(rows, only, k))[0]) for proposer in proposers
+            )
             made += kept + 1
             steps += 1
         rows.set_lens(0, [len(prompt) + min(made, len(request.written))])
