@@ -190,11 +190,6 @@ class ModelConfig:
                 "runtime 'openvino' computes in float32: use --dtype float32 (or auto), or --runtime torch",
             )
             _require(self.compile == "off", "runtime 'openvino' compiles its own graph: use --compile off")
-            _require(
-                "eagle3" not in kinds,
-                "an EAGLE-3 head reads the target's hidden states, which runtime 'openvino' does not "
-                "return yet: use --runtime torch, or another --proposer",
-            )
         _ = self.suffix  # validates the suffix settings
 
     @property

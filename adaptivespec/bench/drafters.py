@@ -30,6 +30,9 @@ from adaptivespec.engine.eagle3_proposer import Eagle3Proposer, load_head
 from adaptivespec.engine.head_cache import cached_head
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import LoadedModels, load_runner
+from adaptivespec.engine.openvino_export import exported_model
+from adaptivespec.engine.openvino_target import OpenVINOTarget
+from adaptivespec.engine.proposers import Proposer
 from adaptivespec.engine.runner import PrefillItem
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.suffix_proposer import suffix_available
@@ -72,6 +75,12 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="eagle3's head directory (default: the one train-draft cached for the target)",
     )
     bench.add_argument("--rounds", type=int, default=3)
+    bench.add_argument(
+        "--runtime",
+        choices=("torch", "openvino"),
+        default="torch",
+        help="what runs the target's forwards (openvino: the model converted once, as serve runs it)",
+    )
 
 
 def add_requests_and_drafters(
@@ -106,8 +115,8 @@ def chosen_drafters(args: argparse.Namespace, allowed: Sequence[str]) -> list[st
 
 
 def batch_one_config(args: argparse.Namespace, ks: list[int]) -> EngineConfig:
-    """One row on the torch runtime's own steps (`bench workload` takes --runtime), the
-    drafters set as the flags say, room for the largest K."""
+    """One row on the torch runtime's own steps, the drafters set as the flags say, room for
+    the largest K."""
     models = ModelConfig(
         target=args.target,
         proposer="ngram",
@@ -131,6 +140,9 @@ def run(args: argparse.Namespace) -> None:
     loaded = load_runner(config)
     head_dir = _head_dir(args.head, loaded) if any("eagle3" in d for d in drafters) else None
     head = None if head_dir is None else load_head(head_dir, loaded.runner.target.model, linear="packed")
+    ir = None
+    if args.runtime == "openvino":
+        ir = exported_model(loaded.target.path, loaded.target.key, loaded.runner.target.model.config)
     requests = prompts(args.traffic, loaded.tokenizer, args.requests, args.seed)
     longest = max(len(p) for p in requests) + args.max_tokens + max(ks) + 1
     if longest > config.max_context:
@@ -146,7 +158,7 @@ def run(args: argparse.Namespace) -> None:
         order = names[round_ % len(names) :] + names[: round_ % len(names)]
         for name in order:
             drafter, k = plan[name]
-            runner = _runner(loaded, config, drafter, head)
+            runner = _runner(loaded, config, drafter, head, ir)
             try:
                 runs[name].append(decode_all(runner, requests, k, args.max_tokens))
             finally:
@@ -163,6 +175,7 @@ def run(args: argparse.Namespace) -> None:
             "target": args.target,
             "k": ks[0] if len(ks) == 1 else ks,
             "head": None if head_dir is None else str(head_dir),
+            "runtime": args.runtime,
             "requests": len(requests),
             "prompt_tokens": [min(len(p) for p in requests), max(len(p) for p in requests)],
             "max_tokens": args.max_tokens,
@@ -186,16 +199,33 @@ def _head_dir(given: str | None, loaded: LoadedModels) -> str:
     return str(path)
 
 
-def _runner(loaded: LoadedModels, config: EngineConfig, name: str, head: Eagle3Head | None) -> HFRunner:
-    """A fresh runner on the loaded target's weights, with this contender's drafter."""
+def _runner(
+    loaded: LoadedModels, config: EngineConfig, name: str, head: Eagle3Head | None, ir: Path | None
+) -> HFRunner:
+    """A fresh runner on the loaded target's weights, with this contender's drafter; where `ir`
+    is given, OpenVINO runs the target's forwards from it, on a cache of the runner's own."""
+    base = loaded.runner
     drafter = name.removeprefix("off+")
+    proposer: Proposer | None
     if drafter == "eagle3" and head is not None:
-        base = loaded.runner
         proposer = Eagle3Proposer(
             head, base.target.model, "eagle3", max_batch=1, cache_len=base.cache_len, clock=base.clock
         )
-        return sibling(base, proposer, config)
-    return sibling(loaded.runner, model_free_proposer(drafter, config), config)
+    else:
+        proposer = model_free_proposer(drafter, config)
+    passes = None
+    if ir is not None:
+        tap = proposer.tap if isinstance(proposer, Eagle3Proposer) else None
+        passes = OpenVINOTarget(
+            base.target.model,
+            ir,
+            rows=1,
+            cache_len=base.cache_len,
+            clock=base.clock,
+            threads=config.threads,
+            tap=tap,
+        )
+    return sibling(base, proposer, config, passes)
 
 
 @torch.inference_mode()

@@ -7,6 +7,7 @@ from adaptivespec.config import EngineConfig, SuffixSettings
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.proposers import NgramProposer, Proposer
 from adaptivespec.engine.suffix_proposer import SuffixProposer
+from adaptivespec.engine.target_passes import TargetPasses
 
 # "suffix-local": suffix with no global tree (max_cached_requests 0), its per-request trees only.
 MODEL_FREE = ("ngram", "suffix", "suffix-local")
@@ -29,8 +30,11 @@ def model_free_proposer(name: str, config: EngineConfig) -> Proposer | None:
     raise ValueError(f"unknown drafter {name!r}: choose among off, {', '.join(MODEL_FREE)}")
 
 
-def sibling(base: HFRunner, proposer: Proposer | None, config: EngineConfig) -> HFRunner:
-    """A fresh runner (its own KV cache and rows) on `base`'s target weights."""
+def sibling(
+    base: HFRunner, proposer: Proposer | None, config: EngineConfig, passes: TargetPasses | None = None
+) -> HFRunner:
+    """A fresh runner (its own KV cache and rows) on `base`'s target weights; `passes`: the
+    target's forwards on another runtime than torch's (its own cache too)."""
     return HFRunner(
         base.target.model,
         [] if proposer is None else [proposer],
@@ -41,4 +45,5 @@ def sibling(base: HFRunner, proposer: Proposer | None, config: EngineConfig) -> 
         model_key=base.model_key,
         hardware_key=base.hardware_key,
         clock=base.clock,
+        passes=passes,
     )

@@ -8,8 +8,11 @@ columns are never kept: verification brings the target's states for the tokens i
 and the next step's first forward rewrites those columns with them, as vLLM's proposer does.
 
 So a drafting step leaves a row behind by what it accepted plus the bonus token, which
-the next first forward takes. A row that sat out K = 0 steps is further behind; that is
-caught up in a forward of its own, timed apart (`Proposal.catch_up`), as the draft model's is.
+the next first forward takes. A row that sat out K = 0 steps is further behind, and so is a
+row whose prompt just went in: the head does not run on prompts as they are fed (the target's
+states are kept for it all the same), so that a prompt, like a step at K = 0, costs nothing
+where the controller keeps speculation off. Both are caught up when the head next drafts, in
+forwards of their own, timed apart (`Proposal.catch_up`) and so charged to the arm that drafts.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.sampling import BatchSampling, choices
 from adaptivespec.errors import ModelLoadError
+
+# A row missing more columns than this is caught up in a forward of its own (catch_up_groups).
+ALONE = 16
 
 
 class Eagle3Proposer:
@@ -70,20 +76,11 @@ class Eagle3Proposer:
         return self.cache.shape.max_len
 
     def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> None:
-        """Each chunk's columns, from the one before it (whose pair needed this chunk's first token)."""
-        first = np.array([max(s - 1, 0) for s in starts], dtype=np.int64)
-        ends = np.array([s + len(c) - 1 for c, s in zip(chunks, starts, strict=True)], dtype=np.int64)
-        count = np.maximum(ends - first, 0)
-        if count.max() > 0:
-            ids = np.zeros((len(chunks), int(count.max())), dtype=np.int64)  # [n, T], left-padded
-            for r, (chunk, start) in enumerate(zip(chunks, starts, strict=True)):
-                tail = chunk[1:] if start == 0 else chunk
-                ids[r, ids.shape[1] - len(tail) :] = tail
-            layout = RaggedLayout.build(first, count, self.cache_len, self.device)
-            self._forward(row_start, upload(ids, self.device), layout)
-        rows = slice(row_start, row_start + len(chunks))
-        self.cached[rows] = np.maximum(ends, first)
-        self.fresh[rows] = ends + 2  # the prompt and its first token
+        """Nothing runs: a new request's row holds no head columns until it is caught up."""
+        for r, start in enumerate(starts):
+            if start == 0:
+                self.cached[row_start + r] = 0
+        self.fresh[row_start : row_start + len(chunks)] = 0  # behind: the next draft catches up
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
         lens = rows.host_lens[:batch]
@@ -113,14 +110,17 @@ class Eagle3Proposer:
         return choices(full, sampling, self.target_width, offset=offset)[:, 0]
 
     def _catch_up(self, rows: RowState, batch: int) -> CatchUp:
-        """Every column a row missed but its last, which drafting's first forward takes as usual;
-        a row with nothing to catch up rides along as padding."""
+        """Every column a row missed but its last, which drafting's first forward takes as usual.
+        A row far behind (a prompt) goes alone, the others together, so that no row rides as
+        padding beside a whole prompt."""
         lens, cached = rows.host_lens[:batch], self.cached[:batch]
         missed = np.maximum(lens - 2 - cached, 0)
-        layout = RaggedLayout.build(cached, missed, self.cache_len, self.device)
         began = self.clock.mark()
-        ids = rows.tokens[:batch].gather(1, layout.gather_index + 1)
-        self._forward(0, ids, layout, self.tap.read(self._rows(batch), layout.cols))
+        for start, stop in catch_up_groups(missed):
+            layout = RaggedLayout.build(cached[start:stop], missed[start:stop], self.cache_len, self.device)
+            ids = rows.tokens[start:stop].gather(1, layout.gather_index + 1)
+            aux = self.tap.read(self._rows(stop - start, start), layout.cols)
+            self._forward(start, ids, layout, aux)
         ended = self.clock.mark()
         self.cached[:batch] = cached + missed
         return CatchUp(int(missed.sum()), began, ended)
@@ -168,6 +168,20 @@ class Eagle3Proposer:
 
     def close(self) -> None:
         self.tap.close()  # the target's forwards stop keeping states for it
+
+
+def catch_up_groups(missed: np.ndarray, alone: int = ALONE) -> list[tuple[int, int]]:
+    """Runs of rows [start, stop) to catch up in one forward each: a row missing more than
+    `alone` columns by itself, the rows between such rows together (padded to the longest of
+    them), runs missing nothing left out."""
+    groups: list[tuple[int, int]] = []
+    start = 0
+    for r, count in enumerate(missed.tolist()):
+        if count > alone:
+            groups += [(start, r), (r, r + 1)]
+            start = r + 1
+    groups.append((start, len(missed)))
+    return [(a, b) for a, b in groups if b > a and missed[a:b].any()]
 
 
 def load_head(path: str, target: PreTrainedModel, *, linear: str = "torch") -> Eagle3Head:

@@ -5,7 +5,8 @@ from the target's own forwards (prefill, verify, plain steps, prompt chunks flat
 step) by hooks on those layers, and written where the forward writes its KV: the same rows
 and columns (`SlotKVCache.write_index`), so a rejected draft's states are overwritten as its
 KV is, pads land in the sink column, and moving rows moves them alike. Forwards that do not
-run on a slot cache (transformers' own `generate`, say) are left alone.
+run on a slot cache (transformers' own `generate`, say) are left alone. Where OpenVINO runs
+the target's forwards, its passes return the states and write them here themselves (`write`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ class HiddenTap:
             self.states[rows, cols, lo:hi] = hidden.to(self.states.dtype)
 
         return keep
+
+    def write(self, rows: torch.Tensor, cols: torch.Tensor, states: torch.Tensor) -> None:
+        """Token i of a forward run elsewhere wrote row rows[i], column cols[i] ([tokens] each);
+        states [tokens, len(layers) * hidden] are its states at every layer, side by side."""
+        self.states[rows, cols] = states.to(self.states.device, self.states.dtype)
 
     def read(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         """rows [n, 1] and cols [n, T] -> the kept states [n, T, len(layers) * hidden]."""

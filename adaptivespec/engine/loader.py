@@ -35,6 +35,7 @@ from adaptivespec.engine.hardware import (
 )
 from adaptivespec.engine.head_cache import cached_head
 from adaptivespec.engine.hf_runner import HFRunner
+from adaptivespec.engine.hidden_tap import HiddenTap
 from adaptivespec.engine.kv_budget import KVPlan, default_budget, plan
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_cache import announce
@@ -149,10 +150,8 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         raise ConfigError(INSTALL_HINT)  # before minutes of loading, not after
     device, dtype, threads = _placed(config, progress)
     target_source, draft_source = resolve_models(models, progress)
-    # Drafters first: a head that drafts (named, or cached for the target) keeps the forwards on
-    # torch under "auto"; an explicit "openvino" leaves a cached head out.
-    kinds, head_dir = _drafters(models, target_source.path, progress, heads=models.runtime != "openvino")
-    on_openvino = _on_openvino(models, device, dtype, head_dir is not None, progress)
+    kinds, head_dir = _drafters(models, target_source.path, progress)
+    on_openvino = _on_openvino(models, device, dtype, progress)
     positions = config.max_context + config.max_spec_tokens
     # A compiled step leaves the linears to inductor, which cannot lower oneDNN's packed op.
     linear = models.linear if models.compile == "off" else "torch"
@@ -198,7 +197,12 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     drafters = ",".join(proposer.name for proposer in proposers)
     passes = None
     if on_openvino:
-        at = partial(_openvino, target, target_source, rows=kv.rows, cache_len=cache_len, clock=clock)
+        # A head's tap is fed by OpenVINO's passes; its hooks on the torch target stay, for a
+        # fall back to torch.
+        tap = next((p.tap for p in proposers if isinstance(p, Eagle3Proposer)), None)
+        at = partial(
+            _openvino, target, target_source, rows=kv.rows, cache_len=cache_len, clock=clock, tap=tap
+        )
         passes = at(threads, progress) if models.runtime == "openvino" else _or_torch(at, threads, progress)
     if on_openvino and passes is None and linear == "packed" and can_pack(device, dtype):
         pack_linears(target)  # torch runs the forwards after all: as it would have from the start
@@ -239,16 +243,13 @@ def _placed(config: EngineConfig, progress: bool) -> tuple[torch.device, torch.d
     return device, dtype, threads
 
 
-def _on_openvino(
-    models: ModelConfig, device: torch.device, dtype: torch.dtype, head: bool, progress: bool
-) -> bool:
+def _on_openvino(models: ModelConfig, device: torch.device, dtype: torch.dtype, progress: bool) -> bool:
     """Whether OpenVINO runs the target's forwards (runtime_choice.py), said at start-up."""
     choice = choose_runtime(
         models.runtime,
         device=device,
         dtype=dtype,
         compile=models.compile,
-        head=head,
         available=models.runtime == "auto" and device.type == "cpu" and openvino_available(),
     )
     announce(progress, choice.why)
@@ -276,9 +277,10 @@ def _openvino(
     rows: int,
     cache_len: int,
     clock: ForwardClock,
+    tap: HiddenTap | None,
 ) -> OpenVINOTarget:
     ir = exported_model(source.path, source.key, target.config, progress)
-    passes = OpenVINOTarget(target, ir, rows=rows, cache_len=cache_len, clock=clock, threads=threads)
+    passes = OpenVINOTarget(target, ir, rows=rows, cache_len=cache_len, clock=clock, threads=threads, tap=tap)
     announce(progress, f"the target's forwards run on OpenVINO ({ir.parent.name})")
     return passes
 
@@ -293,12 +295,8 @@ def _governor(asked: int, compile: str) -> ThreadGovernor | None:
     return ThreadGovernor(len(cpus), partial(read_cpu_times, cpus))
 
 
-def _drafters(
-    models: ModelConfig, target_dir: str, progress: bool, *, heads: bool = True
-) -> tuple[tuple[str, ...], str | None]:
+def _drafters(models: ModelConfig, target_dir: str, progress: bool) -> tuple[tuple[str, ...], str | None]:
     """The drafters to load, "auto" resolved, and the EAGLE-3 head's directory if one drafts.
-    `heads`: whether a cached head may draft (not when OpenVINO was asked for by name: it does
-    not return the states a head reads).
 
     "auto" loads every drafter this host can run for the target, and the controller chooses
     per step which one drafts (or none): the cached head first (it pays on open text), then
@@ -307,7 +305,7 @@ def _drafters(
     beyond drafting in the others' shadow (shadow_drafts.py)."""
     if models.proposers == ("auto",):
         # A compiled step cannot keep the head's states yet (loader refuses eagle3 with compile on).
-        cached = cached_head(target_dir) if models.compile == "off" and heads else None
+        cached = cached_head(target_dir) if models.compile == "off" else None
         cheap = ("ngram", "suffix") if suffix_available() else ("ngram",)
         kinds = (("eagle3",) if cached else ()) + cheap
         named = {"eagle3": f"the EAGLE-3 head trained for this target ({cached})", "ngram": "prompt lookup"}
@@ -316,9 +314,7 @@ def _drafters(
         if not cached:
             said += (
                 "; `adaptivespec train-draft` builds an EAGLE-3 head for this target, which serve then "
-                "uses (on torch, with --compile off)"
-                if heads
-                else "; runtime 'openvino' does not run EAGLE-3 heads yet"
+                "uses (with --compile off)"
             )
         if "suffix" not in kinds:
             said += "; ops/install-suffix.sh adds suffix decoding"

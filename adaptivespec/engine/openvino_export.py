@@ -8,6 +8,11 @@ inputs are the cache blocks, each sequence's past length and where its tokens st
 continuous batching and a multi-token verify need (openvino_target.py). Weights stay f32,
 the model is cached by its content, and optimum-intel is not needed (it pins an older
 transformers than ours).
+
+The trace also returns every layer's input (and the final norm's), the states an EAGLE-3
+head reads. Which of them a served model returns is chosen at load, when the head is known;
+the rest are dropped from the graph then, so a target served without a head computes what
+it computed before.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache
 
 from adaptivespec.engine.cache_keyword import cache_keyword
+from adaptivespec.engine.hidden_tap import reading_points
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_cache import announce, build_once, cache_dir
 from adaptivespec.errors import ConfigError
@@ -35,6 +41,10 @@ IR_FILE = "model.xml"
 # CPU PagedAttention reads its cache in blocks of this many tokens.
 BLOCK_SIZE = 32
 FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
+# What the trace returns; part of the cache key, so that an IR converted before a change of
+# outputs is converted again instead of read with names it does not have.
+EXPORT_FORMAT = "2: logits, present keys and values, then each reading point's state"
+STATE_PREFIX = "state."
 
 
 def openvino_available() -> bool:
@@ -73,7 +83,9 @@ class _PastCache(Cache):
 
 
 class _Traced(torch.nn.Module):
-    """(input_ids, mask, position_ids, beam_idx, *past) -> (logits, *present), tensors only.
+    """(input_ids, mask, position_ids, beam_idx, *past) -> (logits, *present, *states), tensors
+    only; states [n, T, hidden] are the inputs of every layer and of the final norm, in order
+    (hidden_tap.reading_points: auxiliary layer id i reads the i-th).
 
     `beam_idx` reorders the past rows, as optimum's exports do: the paged pass expects a past
     read through that gather, and removes it.
@@ -82,6 +94,7 @@ class _Traced(torch.nn.Module):
     def __init__(self, model: PreTrainedModel) -> None:
         super().__init__()
         self.model = model
+        self.points = reading_points(model)
 
     def forward(
         self,
@@ -92,15 +105,25 @@ class _Traced(torch.nn.Module):
         *past: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         cache = _PastCache([p.index_select(0, beam_idx) for p in past])
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{cache_keyword(self.model.forward): cache},
-        )
+        states: list[torch.Tensor] = []
+
+        def keep(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            states.append(args[0] if args else kwargs["hidden_states"])
+
+        handles = [point.register_forward_pre_hook(keep, with_kwargs=True) for point in self.points]
+        try:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **{cache_keyword(self.model.forward): cache},
+            )
+        finally:
+            for handle in handles:
+                handle.remove()
         present = [t for pair in zip(cache.keys, cache.values, strict=True) for t in pair]
-        return (out.logits, *present)
+        return (out.logits, *present, *states)
 
 
 def exported_model(model_path: str, model_key: str, config: PretrainedConfig, progress: bool = True) -> Path:
@@ -109,7 +132,7 @@ def exported_model(model_path: str, model_key: str, config: PretrainedConfig, pr
         raise ConfigError(INSTALL_HINT)
     import openvino as ov
 
-    fingerprint = _fingerprint(model_path, ov.get_version())
+    fingerprint = _fingerprint(model_path, f"{ov.get_version()} {EXPORT_FORMAT}")
     home = cache_dir() / "openvino-runtime" / f"{_safe(model_key)}-{fingerprint}"
 
     def build(staging: Path) -> None:
@@ -147,7 +170,9 @@ def convert(model: PreTrainedModel, config: PretrainedConfig) -> Any:
     for port, name in zip(ov_model.inputs, names, strict=True):  # the paged pass finds inputs by name
         port.get_tensor().set_names({name})
         port.get_node().set_friendly_name(name)
-    for port, name in zip(ov_model.outputs, ["logits"] + [f"present.{x}" for x in layers], strict=True):
+    points = len(reading_points(model))
+    outputs = ["logits"] + [f"present.{x}" for x in layers] + [f"{STATE_PREFIX}{i}" for i in range(points)]
+    for port, name in zip(ov_model.outputs, outputs, strict=True):
         port.get_tensor().set_names({name})
     passes.apply_make_stateful_transformation(
         ov_model, {f"past_key_values.{x}": f"present.{x}" for x in layers}
@@ -185,14 +210,17 @@ def _give_states_an_initializer(ov_model: Any, shape: CacheShape) -> None:
             node.output(0).replace(read.output(0))
 
 
-def paged_model(ir: Path, config: PretrainedConfig) -> Any:
+def paged_model(ir: Path, config: PretrainedConfig, states: tuple[int, ...] = ()) -> Any:
     """The exported model with paged attention, f32 cache blocks of BLOCK_SIZE tokens, and a
-    `logits_indices` input choosing the tokens whose logits the head computes."""
+    `logits_indices` input choosing the tokens whose logits the head computes. Its outputs are
+    the logits, then the states of the reading points in `states` (an EAGLE-3 head's auxiliary
+    layer ids), each [tokens, 1, hidden] for every token fed in, in order."""
     import openvino as ov
     import openvino._offline_transformations as passes
     import openvino.opset13 as opset
 
     ov_model = ov.Core().read_model(ir)
+    _keep_states(ov_model, states)
     passes.paged_attention_transformation(ov_model)
     if any(node.get_type_name() == "ScaledDotProductAttention" for node in ov_model.get_ops()):
         raise ConfigError(
@@ -222,6 +250,24 @@ def paged_model(ir: Path, config: PretrainedConfig) -> Any:
     ov_model.add_parameters([indices])
     ov_model.validate_nodes_and_infer_types()
     return ov_model
+
+
+def _keep_states(ov_model: Any, wanted: tuple[int, ...]) -> None:
+    """Drops the state outputs not in `wanted`, and orders the rest as `wanted` does."""
+    found = {
+        int(port.get_any_name().removeprefix(STATE_PREFIX)): port.get_node()
+        for port in ov_model.outputs
+        if port.get_any_name().startswith(STATE_PREFIX)
+    }
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise ConfigError(
+            f"the converted model has no state at reading point(s) {missing} (it has {len(found)}); "
+            "the head was trained for a deeper target"
+        )
+    for result in found.values():
+        ov_model.remove_result(result)
+    ov_model.add_results([found[i] for i in wanted])
 
 
 def _fingerprint(model_path: str, runtime_version: str) -> str:

@@ -7,6 +7,10 @@ tokens a row, or a step and prompt chunks together, are each one call. Each row 
 run of blocks, so a row's cache is its block list: a rejected draft is forgotten by feeding
 the next tokens at the row's own length (the pass overwrites those columns), and moving a
 row hands its blocks over instead of copying them.
+
+Where an EAGLE-3 head drafts, the same call also returns the target's states at the head's
+reading points for every token fed in, and they go into the head's tap at the row and column
+each token wrote: what the torch runtime's hooks do.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from adaptivespec.engine.cached_model import ForwardClock
+from adaptivespec.engine.hidden_tap import HiddenTap
 from adaptivespec.engine.host_memory import zeroed
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.openvino_export import BLOCK_SIZE, paged_model
@@ -88,7 +93,9 @@ class OpenVINOTarget:
         cache_len: int,
         clock: ForwardClock,
         threads: int,
+        tap: HiddenTap | None = None,
     ) -> None:
+        """`tap`: where an EAGLE-3 head keeps the target's states at its reading points."""
         import openvino as ov
 
         config: PretrainedConfig = model.config
@@ -101,7 +108,9 @@ class OpenVINOTarget:
         properties: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
         if threads:
             properties["INFERENCE_NUM_THREADS"] = threads
-        compiled = ov.Core().compile_model(paged_model(ir, config), "CPU", properties)
+        self.tap = tap
+        states = () if tap is None else tap.layers
+        compiled = ov.Core().compile_model(paged_model(ir, config, states), "CPU", properties)
         self.request = compiled.create_infer_request()
         for name, array in self.cache.arrays.items():
             self.request.set_tensor(name, ov.Tensor(array, shared_memory=True))
@@ -161,6 +170,14 @@ class OpenVINOTarget:
             "max_context_len": np.array(ends.max(), dtype=np.int32),
             "logits_indices": keep.astype(np.int64),
         }
-        logits = self.request.infer(inputs, share_inputs=True)[0]  # [len(keep), 1, V], a copy
+        outputs = self.request.infer(inputs, share_inputs=True)
+        logits = outputs[0]  # [len(keep), 1, V], a copy
+        if self.tap is not None:  # each state [tokens, 1, hidden], side by side as the tap keeps them
+            states = np.concatenate([outputs[i + 1] for i in range(len(self.tap.layers))], axis=-1)
+            self.tap.write(
+                torch.from_numpy(np.repeat(rows, counts)),
+                torch.from_numpy(positions),
+                torch.from_numpy(states[:, 0]),
+            )
         self.clock.add(began, self.clock.mark())
         return torch.from_numpy(logits[:, 0])

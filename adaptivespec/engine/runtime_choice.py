@@ -2,9 +2,9 @@
 
 On a CPU, OpenVINO's forwards are the faster by far (docs/results.md, the openvino runtime's
 rows against the torch runtime's), so "auto" takes them wherever everything else the
-configuration asks for runs there too: a CPU, float32, no compiled step, no EAGLE-3 head (the
-runtime does not return the hidden states a head reads yet), and the `openvino` package
-installed. Anywhere else torch runs them: the GPU path, and whatever OpenVINO cannot run.
+configuration asks for runs there too: a CPU, float32, no compiled step, and the `openvino`
+package installed. An EAGLE-3 head runs on either (OpenVINO's passes return the states it
+reads). Anywhere else torch runs them: the GPU path, and whatever OpenVINO cannot run.
 An explicit "torch" or "openvino" is taken as asked (the configuration
 refuses an "openvino" that cannot run).
 """
@@ -28,31 +28,26 @@ class RuntimeChoice:
 
 
 def choose_runtime(
-    asked: str, *, device: torch.device, dtype: torch.dtype, compile: str, head: bool, available: bool
+    asked: str, *, device: torch.device, dtype: torch.dtype, compile: str, available: bool
 ) -> RuntimeChoice:
-    """`head`: an EAGLE-3 head will draft (named, or the one `train-draft` cached for the
-    target); `available`: the `openvino` package imports."""
+    """`available`: the `openvino` package imports."""
     if asked == "openvino":
         return RuntimeChoice("openvino", "the target's forwards run on OpenVINO (--runtime openvino)")
     if asked == "torch":
         return RuntimeChoice("torch", "the target's forwards run on torch (--runtime torch)")
-    reason = _torch_because(device, dtype, compile, head, available)
+    reason = _torch_because(device, dtype, compile, available)
     if reason is None:
         return RuntimeChoice("openvino", "the target's forwards run on OpenVINO (runtime auto, on a CPU)")
     return RuntimeChoice("torch", f"the target's forwards run on torch (runtime auto: {reason})")
 
 
-def _torch_because(
-    device: torch.device, dtype: torch.dtype, compile: str, head: bool, available: bool
-) -> str | None:
+def _torch_because(device: torch.device, dtype: torch.dtype, compile: str, available: bool) -> str | None:
     if device.type != "cpu":
         return f"the device is {device.type}"
     if dtype != torch.float32:
         return f"OpenVINO runs float32 here, not {str(dtype).removeprefix('torch.')}"
     if compile == "on":
         return "the compiled step is torch's"
-    if head:
-        return "the EAGLE-3 head reads hidden states OpenVINO does not return yet"
     if not available:
         return f"openvino is not installed; {INSTALL_HINT}"
     return None

@@ -8,10 +8,12 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from adaptivespec.config import EngineConfig, ModelConfig
+from adaptivespec.engine.eagle3_proposer import catch_up_groups
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.sampling import SamplingParams
@@ -24,27 +26,31 @@ from ..conftest import TEST_DEVICE, TinyPair
 from .drafting import PROMPTS, serve_staggered
 
 
-def _config(pair: TinyPair, head: Path | None, proposer: str = "eagle3") -> EngineConfig:
+def config_with_head(
+    pair: TinyPair, head: Path | None, proposer: str = "eagle3", runtime: str = "torch"
+) -> EngineConfig:
+    """The tiny target drafting with `head`; the openvino runtime's tests ask for theirs."""
     models = ModelConfig(
         target=str(pair.target),
         draft=None if head is None else str(head),
         proposer=proposer,
         device=TEST_DEVICE,  # type: ignore[arg-type]
         dtype="float32",
+        runtime=runtime,  # type: ignore[arg-type]
     )
     return EngineConfig(models=models, max_batch=16, max_context=256, max_queued=64, max_spec_tokens=8)
 
 
-def _params(sampled: bool, i: int) -> SamplingParams:
+def params(sampled: bool, i: int) -> SamplingParams:
     if sampled:
         return SamplingParams(max_tokens=32, temperature=0.9, top_p=0.8, seed=7 + i, ignore_eos=True)
     return SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
 
 
-async def _serve(
+async def serve_with(
     config: EngineConfig, policy: SpecPolicy | None, sampled: bool, rounds: int = 1
 ) -> tuple[list[Completion], list[StepTelemetry]]:
-    return await serve_staggered(config, PROMPTS, lambda i: _params(sampled, i), policy, rounds)
+    return await serve_staggered(config, PROMPTS, lambda i: params(sampled, i), policy, rounds)
 
 
 class Rotating:
@@ -57,14 +63,22 @@ class Rotating:
         return None
 
 
-@pytest.mark.parametrize(
-    "policy", [FixedK(1), FixedK(4), FixedK(8), Rotating()], ids=["k1", "k4", "k8", "rotating"]
-)
+POLICIES = [FixedK(1), FixedK(4), FixedK(8), Rotating()]
+POLICY_IDS = ["k1", "k4", "k8", "rotating"]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=POLICY_IDS)
 def test_greedy_drafting_with_the_head_is_transformers_generate(
     tiny_pair: TinyPair, tiny_head: Path, policy: SpecPolicy
 ) -> None:
-    done, records = asyncio.run(_serve(_config(tiny_pair, tiny_head), policy, sampled=False))
-    model = load_runner(_config(tiny_pair, None, "ngram"), progress=False).runner.target.model
+    check_greedy_drafting(config_with_head(tiny_pair, tiny_head), policy)
+
+
+def check_greedy_drafting(config: EngineConfig, policy: SpecPolicy) -> None:
+    """Greedy output with the head drafting is `generate()`'s, and the head is kept often."""
+    done, records = asyncio.run(serve_with(config, policy, sampled=False))
+    plain = replace(config.models, proposer="ngram", draft=None, runtime="torch")
+    model = load_runner(replace(config, models=plain), progress=False).runner.target.model
     for completion in done:
         prompt = torch.tensor([completion.prompt_ids])
         reference = model.generate(
@@ -85,12 +99,15 @@ def test_greedy_drafting_with_the_head_is_transformers_generate(
 def test_sampled_drafting_with_the_head_keeps_plain_decodings_tokens(
     tiny_pair: TinyPair, tiny_head: Path
 ) -> None:
+    check_sampled_drafting(config_with_head(tiny_pair, tiny_head))
+
+
+def check_sampled_drafting(config: EngineConfig) -> None:
     """Top-p 0.8: the head's drafts are sampled through its reduced vocabulary under the noise
     the target uses, so every token is the one plain decoding draws."""
-    config = _config(tiny_pair, tiny_head)
-    plain, _ = asyncio.run(_serve(replace(config, max_spec_tokens=0), FixedK(0), sampled=True))
+    plain, _ = asyncio.run(serve_with(replace(config, max_spec_tokens=0), FixedK(0), sampled=True))
     for policy in (FixedK(4), Rotating()):
-        spec, records = asyncio.run(_serve(config, policy, sampled=True))
+        spec, records = asyncio.run(serve_with(config, policy, sampled=True))
         for reference, completion in zip(plain, spec, strict=True):
             assert completion.token_ids == reference.token_ids
         assert sum(r.accepted for r in records) > 0
@@ -98,13 +115,13 @@ def test_sampled_drafting_with_the_head_keeps_plain_decodings_tokens(
 
 def test_proposer_eagle3_without_a_head_says_how_to_get_one(tiny_pair: TinyPair) -> None:
     with pytest.raises(ConfigError, match="train-draft"):
-        _config(tiny_pair, None)
+        config_with_head(tiny_pair, None)
     with pytest.raises(ConfigError, match="eagle3"):
-        _config(tiny_pair, tiny_pair.draft, "eagle3")  # a causal LM is not a head
+        config_with_head(tiny_pair, tiny_pair.draft, "eagle3")  # a causal LM is not a head
 
 
 def test_auto_drafts_with_a_given_head(tiny_pair: TinyPair, tiny_head: Path) -> None:
-    config = _config(tiny_pair, tiny_head, "auto")
+    config = config_with_head(tiny_pair, tiny_head, "auto")
     assert config.models.proposers == ("eagle3",)
     assert load_runner(config, progress=False).runner.methods == ("eagle3",)
 
@@ -114,14 +131,46 @@ def test_the_controller_chooses_between_the_head_and_prompt_lookup(
 ) -> None:
     """Both loaded (`--proposer ngram,eagle3`), the live controller over (drafter, K): sampled
     output is still plain decoding's, and the head drafted on some of the steps."""
-    config = _config(tiny_pair, tiny_head, "ngram,eagle3")
-    plain, _ = asyncio.run(_serve(replace(config, max_spec_tokens=0), FixedK(0), sampled=True))
+    config = config_with_head(tiny_pair, tiny_head, "ngram,eagle3")
+    plain, _ = asyncio.run(serve_with(replace(config, max_spec_tokens=0), FixedK(0), sampled=True))
 
     assert load_runner(config, progress=False).runner.methods == ("ngram", "eagle3")
-    done, records = asyncio.run(_serve(config, None, sampled=True, rounds=2))
+    done, records = asyncio.run(serve_with(config, None, sampled=True, rounds=2))
     for reference, completion in zip(plain + plain, done, strict=True):
         assert completion.token_ids == reference.token_ids
     assert "eagle3" in {r.method for r in records if r.k > 0}
+
+
+def test_a_prompt_costs_the_head_nothing_until_it_drafts(tiny_pair: TinyPair, tiny_head: Path) -> None:
+    """Prompts go in and steps run at K = 0 without a forward of the head; the first draft
+    catches every prompt up, reported as its step's catch-up, the long prompt in a forward of
+    its own instead of padding the short ones to its length."""
+    from adaptivespec.engine.runner import PrefillItem
+
+    runner = load_runner(config_with_head(tiny_pair, tiny_head), progress=False).runner
+    widths: list[int] = []  # tokens per row of each head forward
+    head = runner.proposers["eagle3"].head  # type: ignore[attr-defined]
+    head.register_forward_hook(lambda module, args, out: widths.append(int(args[0].shape[1])))
+    greedy = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    prompts = [[5, 9, 12, 40, 41, 7], [3, 3, 8], [17], list(range(20, 60))]
+    runner.prefill(0, [PrefillItem(p, greedy, seed=0) for p in prompts])
+    plain = runner.decode(len(prompts), 0)
+    assert widths == [] and plain.catch_up_tokens == 0
+    drafting = runner.decode(len(prompts), 2)
+    # Each row holds its prompt, the first token and one plain step's; all but the last column
+    # are caught up: rows 0-2 together (padded to 6), row 3 alone, then the two drafts' forwards.
+    assert drafting.catch_up_tokens == sum(len(p) for p in prompts)
+    assert widths == [6, 40, 1, 1]
+    assert 0.0 < drafting.catch_up_seconds <= drafting.draft_seconds
+    steady = runner.decode(len(prompts), 2)
+    assert steady.catch_up_tokens == 0
+
+
+def test_catch_up_groups_put_each_row_far_behind_alone() -> None:
+    missed = np.array([0, 40, 1, 2, 0, 17, 0])
+    assert catch_up_groups(missed, alone=16) == [(1, 2), (2, 5), (5, 6)]
+    assert catch_up_groups(np.zeros(3, dtype=np.int64)) == []
+    assert catch_up_groups(np.array([3, 1])) == [(0, 2)]
 
 
 def test_the_proposer_drafts_what_training_teaches_at_the_same_positions(
@@ -135,7 +184,7 @@ def test_the_proposer_drafts_what_training_teaches_at_the_same_positions(
     from adaptivespec.train.head_trainer import HeadTrainer, TrainSettings
     from adaptivespec.train.teacher import Teacher
 
-    runner = load_runner(_config(tiny_pair, tiny_head), progress=False).runner
+    runner = load_runner(config_with_head(tiny_pair, tiny_head), progress=False).runner
     proposer = runner.proposers["eagle3"]
     seen: list[tuple[int, int, list[int]]] = []  # (row, length when drafted, drafts)
     propose = proposer.propose

@@ -21,10 +21,14 @@ from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.openvino_export import openvino_available
 from adaptivespec.engine.openvino_target import BlockTable
 from adaptivespec.engine.records import Completion
+from adaptivespec.engine.runner import PrefillItem
+from adaptivespec.engine.sampling import SamplingParams
+from adaptivespec.engine.spec_policy import SpecPolicy
 from adaptivespec.engine.static_policy import FixedK, StaticTable
 from adaptivespec.errors import ConfigError
 
 from ..conftest import TinyPair, engine_config
+from .test_eagle3 import POLICIES, POLICY_IDS, check_greedy_drafting, check_sampled_drafting, config_with_head
 from .test_exactness import GREEDY, PROMPTS, _serve
 
 if not openvino_available():
@@ -176,14 +180,54 @@ def test_settings_it_cannot_run_are_refused_with_what_to_do(change: dict[str, st
         ModelConfig(runtime="openvino", **change)  # type: ignore[arg-type]
 
 
-def test_an_eagle3_head_is_refused_with_what_to_do(tiny_head: Path) -> None:
-    with pytest.raises(ConfigError, match="--runtime torch"):
-        ModelConfig(runtime="openvino", draft=str(tiny_head), proposer="eagle3")
+@pytest.mark.parametrize("policy", POLICIES, ids=POLICY_IDS)
+def test_an_eagle3_head_drafts_exactly_on_the_states_openvino_returns(
+    tiny_pair: TinyPair, tiny_head: Path, policy: SpecPolicy
+) -> None:
+    """The same checks as on torch (test_eagle3.py), the states now from OpenVINO's passes,
+    prompts going in inside plain steps' forwards as this runtime feeds them; at K = 4, 5
+    tokens at a time."""
+    config = config_with_head(tiny_pair, tiny_head, runtime="openvino")
+    if policy is POLICIES[1]:
+        config = replace(config, prefill_chunk_tokens=5)
+    check_greedy_drafting(config, policy)
 
 
-def test_the_default_runtime_is_openvino_on_a_cpu_and_torch_where_it_cannot_run(tiny_pair: TinyPair) -> None:
+def test_sampled_drafting_with_an_eagle3_head_keeps_plain_decodings_tokens(
+    tiny_pair: TinyPair, tiny_head: Path
+) -> None:
+    check_sampled_drafting(config_with_head(tiny_pair, tiny_head, runtime="openvino"))
+
+
+def test_the_head_reads_the_states_the_torch_runtime_keeps(tiny_pair: TinyPair, tiny_head: Path) -> None:
+    """Prompts, then steps at K changing (0 among them): every state the head may read (each
+    row's columns up to its last token) equals the torch runtime's, which its hooks keep."""
+    greedy = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    prompts = [[5, 9, 12, 40, 41, 7], [3, 3, 8], [17]]
+    kept = {}
+    for runtime in ("torch", "openvino"):
+        runner = _load(config_with_head(tiny_pair, tiny_head, runtime=runtime)).runner
+        assert runner.runtime == runtime
+        runner.prefill(0, [PrefillItem(p, greedy, seed=0) for p in prompts])
+        for k in (1, 3, 0, 0, 2, 4, 0, 1, 3):
+            runner.decode(3, k)
+        lens = runner.rows.host_lens[:3].copy()
+        tokens = [runner.rows.host_tokens[r, : lens[r]].tolist() for r in range(3)]
+        states = runner.proposers["eagle3"].tap.states  # type: ignore[attr-defined]
+        kept[runtime] = tokens, [states[r, : lens[r] - 1].clone() for r in range(3)]
+    (tokens, torch_states), (ov_tokens, ov_states) = kept["torch"], kept["openvino"]
+    assert ov_tokens == tokens
+    for ours, theirs in zip(ov_states, torch_states, strict=True):
+        assert theirs.abs().amax() > 0  # written, not a zeroed buffer on both sides
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_the_default_runtime_is_openvino_on_a_cpu_and_torch_where_it_cannot_run(
+    tiny_pair: TinyPair, tiny_head: Path
+) -> None:
     auto = engine_config(tiny_pair, "ngram")
     auto = replace(auto, models=replace(auto.models, runtime="auto"))
     assert _load(auto).runner.runtime == "openvino"
+    assert _load(config_with_head(tiny_pair, tiny_head, "auto", runtime="auto")).runner.runtime == "openvino"
     bf16 = replace(auto, models=replace(auto.models, dtype="bfloat16"))
     assert _load(bf16).runner.runtime == "torch"

@@ -10,7 +10,7 @@ from adaptivespec.config import ModelConfig
 from adaptivespec.engine.runtime_choice import choose_runtime
 
 CPU, F32 = torch.device("cpu"), torch.float32
-ABLE = {"device": CPU, "dtype": F32, "compile": "off", "head": False, "available": True}
+ABLE = {"device": CPU, "dtype": F32, "compile": "off", "available": True}
 
 
 def test_auto_takes_openvino_where_everything_runs_there() -> None:
@@ -24,7 +24,6 @@ def test_auto_takes_openvino_where_everything_runs_there() -> None:
         ({"device": torch.device("cuda")}, "the device is cuda"),
         ({"dtype": torch.bfloat16}, "not bfloat16"),
         ({"compile": "on"}, "compiled step"),
-        ({"head": True}, "EAGLE-3 head"),
         ({"available": False}, "pip install"),
     ],
 )
@@ -35,5 +34,5 @@ def test_auto_keeps_torch_and_says_why(change: dict[str, object], why: str) -> N
 
 def test_an_explicit_runtime_is_taken_as_asked() -> None:
     assert choose_runtime("torch", **ABLE).runtime == "torch"  # type: ignore[arg-type]
-    unable = ABLE | {"available": False, "head": True}
+    unable = ABLE | {"available": False}
     assert choose_runtime("openvino", **unable).runtime == "openvino"  # type: ignore[arg-type]
