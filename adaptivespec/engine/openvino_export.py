@@ -162,16 +162,20 @@ def convert(model: PreTrainedModel, config: PretrainedConfig) -> Any:
         torch.arange(n, dtype=torch.int32),
         *past_kv,
     )
+    traced = _Traced(model)
     with torch.no_grad(), _grouped_heads_repeated():
-        ov_model = ov.convert_model(_Traced(model), example_input=example)
+        ov_model = ov.convert_model(traced, example_input=example)
     layers = [f"{i}.{kind}" for i in range(shape.num_layers) for kind in ("key", "value")]
     names = ["input_ids", "attention_mask", "position_ids", "beam_idx"]
     names += [f"past_key_values.{x}" for x in layers]
     for port, name in zip(ov_model.inputs, names, strict=True):  # the paged pass finds inputs by name
         port.get_tensor().set_names({name})
         port.get_node().set_friendly_name(name)
-    points = len(reading_points(model))
-    outputs = ["logits"] + [f"present.{x}" for x in layers] + [f"{STATE_PREFIX}{i}" for i in range(points)]
+    outputs = (
+        ["logits"]
+        + [f"present.{x}" for x in layers]
+        + [f"{STATE_PREFIX}{i}" for i in range(len(traced.points))]
+    )
     for port, name in zip(ov_model.outputs, outputs, strict=True):
         port.get_tensor().set_names({name})
     passes.apply_make_stateful_transformation(
