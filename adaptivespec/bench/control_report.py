@@ -87,6 +87,15 @@ def print_table(report: dict[str, Any]) -> None:
         if "ratio_to_cross_fitted_oracle" in adaptive:
             point, low, high = adaptive["ratio_to_cross_fitted_oracle"]
             print(f"adaptive against the cross-fitted oracle: {point:.3f} [{low:.3f}, {high:.3f}]")
+    if "unlevelled" in report:
+        raw = report["unlevelled"]
+        spread, c = raw["same_configuration_spread"], raw["comparisons"]
+        print(
+            f"as measured, before each segment was set to the machine's typical pace: adaptive "
+            f"{raw['ratio_to_oracle']['adaptive']:.3f} of the oracle, - {c['best_static']} "
+            f"{_interval(c['adaptive_minus_best_static'])}; one configuration {spread['median']:.2f}x "
+            f"apart (worst {spread['worst']:.2f}x)"
+        )
     for key in ("drift_recovery_steps", "first_1000_steps_ratio_to_oracle"):
         if key in adaptive:
             print(f"{key}: {adaptive[key]}")

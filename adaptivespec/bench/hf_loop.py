@@ -26,6 +26,9 @@ GREEDY = SamplingParams(max_tokens=1, temperature=0.0)
 # Long enough for a background load's workers to start and for the thread governor to take the
 # two agreeing readings a resize needs (engine/thread_governor.py), with a reading to spare.
 SETTLE_SECONDS = 3.0
+# Plain steps that read the machine's pace as a segment begins (their median: one stall does
+# not set it). Rewound afterwards, so the segment's requests start where they would have.
+LEVEL_STEPS = 3
 
 
 class HFLoop:
@@ -60,7 +63,7 @@ class HFLoop:
         self._fill(batch, next_prompt)
         next_prompt += batch
         remaining = rng.integers(1, self.new_tokens + 1, batch)  # a batch caught mid-generation
-        result = PhaseResult(batch)
+        result = PhaseResult(batch, levels=[self._pace(batch)])
         for _ in range(steps):
             lens = self.runner.rows.host_lens[:batch]
             length = int(lens.mean())
@@ -120,6 +123,17 @@ class HFLoop:
             written += k + 1
         self.runner.forget_history()
         return len(steps)
+
+    def _pace(self, batch: int) -> float:
+        """The median seconds of `LEVEL_STEPS` plain steps over the rows as they are, each
+        rewound: the same reference step before every contender's segment, so that a busy
+        spell of the machine is seen as such and not as the contender's (machine_level.py).
+        A plain step makes no drafter call, so no drafter sees these tokens."""
+        seconds = []
+        for _ in range(LEVEL_STEPS):
+            seconds.append(self.runner.decode(batch, 0).step_seconds)
+            self.runner.rows.rewind(batch, 1)
+        return float(np.median(seconds))
 
     def _fill(self, batch: int, first: int) -> None:
         """Rows [0, batch) take prompts first, first + 1, ..., prefilled 16 at a time."""

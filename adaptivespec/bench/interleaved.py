@@ -83,6 +83,7 @@ def merge(results: Sequence[PhaseResult]) -> PhaseResult:
         merged.itl_seconds.extend(r.itl_seconds)
         merged.itl_weights.extend(r.itl_weights)
         merged.goodput_trace.extend(r.goodput_trace)
+        merged.levels.extend(r.levels)
     return merged
 
 

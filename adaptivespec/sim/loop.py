@@ -38,6 +38,8 @@ class PhaseResult:
     itl_seconds: list[np.ndarray] = field(default_factory=list)  # per (row, step): step time / tokens
     itl_weights: list[np.ndarray] = field(default_factory=list)  # tokens behind each sample
     goodput_trace: list[float] = field(default_factory=list)  # tokens / second, per step
+    # The machine's pace as each segment began (bench/machine_level.py): a reference step's seconds.
+    levels: list[float] = field(default_factory=list)
 
     @property
     def goodput(self) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from adaptivespec.bench.hf_loop import HFLoop
 from adaptivespec.controller.learning_settings import ARMS
 from adaptivespec.engine.hf_runner import HFRunner
@@ -49,3 +51,27 @@ def test_settling_and_warming_leave_no_trace_in_what_is_measured(tiny_pair: Tiny
     (plain, plain_steps), (settled, settled_steps) = results
     assert settled.tokens == plain.tokens
     assert [s.accepted for s in settled_steps] == [s.accepted for s in plain_steps]
+
+
+def test_a_segment_reads_the_machines_pace_first_and_leaves_its_requests_as_they_were(
+    tiny_pair: TinyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference steps before a segment are rewound: the segment emits and keeps exactly
+    what it does when they never run, and its result carries their pace."""
+    config = engine_config(tiny_pair, "ngram")
+    results = []
+    for paced in (False, True):
+        if not paced:
+            monkeypatch.setattr(HFLoop, "_pace", lambda self, batch: 1.0)
+        else:
+            monkeypatch.undo()
+        runner = load_runner(config, progress=False).runner
+        assert isinstance(runner, HFRunner)
+        loop = HFLoop(runner, PROMPTS, new_tokens=5, load=(Phase(concurrency=2, steps=8),), seed=0)
+        steps: list[StepTelemetry] = []
+        results.append((loop.segment(0, 0, 8, FixedK(2, "ngram"), steps.append), steps))
+    (plain, plain_steps), (paced_result, paced_steps) = results
+    assert plain.levels == [1.0]
+    assert len(paced_result.levels) == 1 and paced_result.levels[0] > 0
+    assert paced_result.tokens == plain.tokens
+    assert [s.accepted for s in paced_steps] == [s.accepted for s in plain_steps]
