@@ -48,8 +48,4 @@ def _at_pace(result: PhaseResult, typical: float) -> PhaseResult:
         seconds=result.seconds * factor,
         itl_seconds=[seconds * factor for seconds in result.itl_seconds],
         goodput_trace=[goodput / factor for goodput in result.goodput_trace],
-        k_counts=dict(result.k_counts),
-        arm_counts=dict(result.arm_counts),
-        itl_weights=list(result.itl_weights),
-        levels=list(result.levels),
     )
