@@ -13,7 +13,8 @@ symmetric about it by the arm's measured error, except in four cases:
   only ever makes a step slower: its upper bound is widened by the machine's measured stall
   tail, shared out over its samples, and on a noisy machine an arm measured once is bounded
   no lower than the cost model would bound it unmeasured, so one unlucky step does not price
-  a good arm out;
+  a good arm out; on any machine that stalls at all, so is an arm measured once next to the
+  decision on its chain (what the decision stands on), so that it runs a second time;
 - on any machine, an arm measured once whose step time is above what a larger arm measured
   here and a smaller batch's ratio allow (`relative_cost_ceiling`) is bounded at that ceiling,
   since one slow step can price out the arm a whole bucket should run (speculation off, most
@@ -126,6 +127,11 @@ class ArmPrices:
             beyond = next((k for k in chain(self.arms, drafting) if k.k > lead.k), None)
             if beyond is not None and samples_of(self.times.get(beyond)) >= MIN_ROBUST:
                 beyond = None
+        # The decision stands on its neighbours along its chain being worse (goodput is
+        # single-peaked in K): a neighbour measured once is looked at twice before it is taken at
+        # its word, on any machine that stalls at all, since one stalled step would otherwise
+        # keep the decision off the better arm for as long as the cell lives.
+        second_look = _neighbours(self.arms, standing, drafting) if self.tail > MIN_RELATIVE_ERROR else ()
         for k in self.arms:
             own_curve = k.method == drafting and not (rivals and k == standing)
             hope = 1.0 if own_curve else self.hoped[k] / self.tokens[k]
@@ -143,7 +149,7 @@ class ArmPrices:
                         seconds
                         for seconds in (
                             _unmeasured_seconds(k, best_case, floor, self._verify_best(best_case, k))
-                            if noisy
+                            if noisy or k in second_look
                             else None,
                             ceiling(k) if ceiling is not None else None,
                         )
@@ -191,6 +197,18 @@ class ArmPrices:
 
     def _price(self, k: Arm, seconds: float) -> float:
         return self.tokens[k] / seconds / self.scale
+
+
+def _neighbours(arms: tuple[Arm, ...], standing: Arm | None, drafting: str) -> tuple[Arm, ...]:
+    """The arms either side of the decision on its drafter's chain (the leading drafter's,
+    when the decision is off)."""
+    if standing is None:
+        return ()
+    line = chain(arms, standing.method if standing.k else drafting)
+    if standing not in line:
+        return ()
+    at = line.index(standing)
+    return tuple(line[i] for i in (at - 1, at + 1) if 0 <= i < len(line))
 
 
 def _unmeasured_seconds(

@@ -12,7 +12,9 @@ Exploration is an upper-confidence rule of our own, over bounds that hold on a s
   learned apart per arm carried which requests those were into the comparison
   (docs/decisions.md).
 - Bounds widen with measured noise: a measured arm's by its standard error; one measured only
-  a few times also by the machine's stall tail (`StallTail`), since its steps may have stalled.
+  a few times also by the machine's stall tail (`StallTail`), since its steps may have stalled;
+  and the decision's neighbours along K, once each is measured, are looked at a second time
+  before one step is taken at its word (arm_prices.py).
 - An unmeasured arm is priced with an optimistic step-cost bound (step_costs.py, and floors
   from a smaller batch): if even that is far below the best measured arm it is never tried,
   and while it is below what the decision is estimated to keep it waits (a short horizon has

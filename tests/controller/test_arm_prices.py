@@ -67,6 +67,22 @@ def test_a_noisy_machine_leaves_an_arm_measured_once_in_the_running() -> None:
     assert noisy_bounds[ARMS[2]] >= TOKENS[ARMS[2]] / (0.012 * (1 + 0.5 * PRIOR_SLOPE))
 
 
+def test_a_neighbour_of_the_decision_measured_once_gets_a_second_look_on_a_machine_that_stalls() -> None:
+    """K = 2 decided on many steps; K = 1 and K = 0 each read once, both stalled (about 2.5x
+    and 4x). K = 1, next to the decision, is bounded no lower than the cost model bounds it
+    unmeasured (about K = 2's step, at best), so it runs again; K = 0, two away, is
+    taken at its word. A deterministic clock (tail 0) takes both at their word."""
+    times = {0: _stat(0.040, 1), 1: _stat(0.030, 1), 2: _stat(0.014, 20)}
+    decided, neighbour, two_away = ARMS[2], ARMS[1], ARMS[0]
+    stalling, exact = _prices(times, tail=0.1), _prices(times, tail=0.0)
+    bounds = stalling.optimistic(stalling.predicted(), None, "draft", decided)
+    exact_bounds = exact.optimistic(exact.predicted(), None, "draft", decided)
+    at_best = TOKENS[neighbour] / (0.014 * (1 + 0.5 * PRIOR_SLOPE))  # step_costs.py
+    assert bounds[neighbour] >= at_best > 1.9 * exact_bounds[neighbour]
+    assert exact_bounds[neighbour] == pytest.approx(TOKENS[neighbour] / 0.030 * 1.04)
+    assert bounds[two_away] == pytest.approx(TOKENS[two_away] / 0.040 * 1.1)  # its tail only
+
+
 def test_another_drafters_arms_draw_no_line_and_bound_nothing() -> None:
     """A dear draft model beside cheap prompt lookup: lookup's once-stalled K = 2 is shrunk
     towards lookup's own line only, and an unmeasured draft-model arm is bounded by the
