@@ -10,6 +10,7 @@ from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.static_policy import FixedK
 from adaptivespec.engine.telemetry import StepTelemetry
+from adaptivespec.sim.loop import PhaseResult
 from adaptivespec.sim.workload import Phase
 
 from ..conftest import TinyPair, engine_config
@@ -59,18 +60,18 @@ def test_a_segment_reads_the_machines_pace_first_and_leaves_its_requests_as_they
     """The reference steps before a segment are rewound: the segment emits and keeps exactly
     what it does when they never run, and its result carries their pace."""
     config = engine_config(tiny_pair, "ngram")
-    results = []
-    for paced in (False, True):
-        if not paced:
-            monkeypatch.setattr(HFLoop, "_pace", lambda self, batch: 1.0)
-        else:
-            monkeypatch.undo()
+
+    def segment() -> tuple[PhaseResult, list[StepTelemetry]]:
         runner = load_runner(config, progress=False).runner
         assert isinstance(runner, HFRunner)
         loop = HFLoop(runner, PROMPTS, new_tokens=5, load=(Phase(concurrency=2, steps=8),), seed=0)
         steps: list[StepTelemetry] = []
-        results.append((loop.segment(0, 0, 8, FixedK(2, "ngram"), steps.append), steps))
-    (plain, plain_steps), (paced_result, paced_steps) = results
+        return loop.segment(0, 0, 8, FixedK(2, "ngram"), steps.append), steps
+
+    with monkeypatch.context() as unpaced:
+        unpaced.setattr(HFLoop, "_pace", lambda self, batch: 1.0)
+        plain, plain_steps = segment()
+    paced_result, paced_steps = segment()
     assert plain.levels == [1.0]
     assert len(paced_result.levels) == 1 and paced_result.levels[0] > 0
     assert paced_result.tokens == plain.tokens
