@@ -99,6 +99,10 @@ class Eagle3Head(nn.Module):
             )
         self.load_state_dict({k: v for k, v in weights.items() if k in own}, strict=False)
 
+    def embedding(self, target: PreTrainedModel) -> nn.Module:
+        """The table the head embeds tokens with: its checkpoint's own copy, or the target's."""
+        return self.embed_tokens if self.embed_tokens is not None else target.get_input_embeddings()
+
     def weights(self) -> dict[str, torch.Tensor]:
         """What a checkpoint of this head holds (speculators' names; the maps only when reduced)."""
         state = {k: v for k, v in self.state_dict().items() if not k.startswith("rotary_emb")}

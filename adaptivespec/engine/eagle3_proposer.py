@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 from transformers import PreTrainedModel
 
 from adaptivespec.engine.cached_model import ForwardClock
@@ -55,7 +54,7 @@ class Eagle3Proposer:
         if head.spec.aux_layers is None:
             raise ValueError("the head's auxiliary layers must be resolved against the target")
         self.head = head
-        self.embed: nn.Module = head.embed_tokens or target.get_input_embeddings()
+        self.embed = head.embedding(target)
         self.target_width = int(target.get_output_embeddings().weight.shape[0])
         param = next(head.parameters())
         self.device, self.dtype = param.device, param.dtype

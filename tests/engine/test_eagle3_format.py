@@ -51,6 +51,49 @@ _CHECK = textwrap.dedent(
 )
 
 
+# In speculators' environment: a head built by its own `Eagle3DraftModel` for a target of the
+# given shape, its weights drawn at a scale that keeps the drafts clear of ties, saved by its
+# own `save_pretrained` (its embedding and vocabulary maps included), then what it drafts.
+_WRITE = textwrap.dedent(
+    """
+    import json, sys, torch
+    from transformers import LlamaConfig
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+    head_dir, shape, inputs = sys.argv[1], json.loads(sys.argv[2]), torch.load(sys.argv[3])
+    layer = LlamaConfig(**shape, num_hidden_layers=1)
+    layer._attn_implementation = "eager"  # flex attention wants a GPU
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=layer, draft_vocab_size=shape["vocab_size"] // 3,
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3", default_proposal_method="greedy",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=3)],
+            verifier=VerifierConfig(name_or_path=None, architectures=[]),
+        ),
+    )
+    model = Eagle3DraftModel(config)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            noise = torch.randn(param.shape, generator=generator)
+            param.copy_(1.0 + noise if param.dim() == 1 else noise * param.shape[-1] ** -0.5)
+    ids = torch.randperm(shape["vocab_size"], generator=generator)[: config.draft_vocab_size].sort().values
+    t2d = torch.zeros(shape["vocab_size"], dtype=torch.bool)
+    t2d[ids] = True
+    model.load_vocab_mappings(t2d, ids - torch.arange(len(ids)))
+    model.save_pretrained(head_dir)
+    model.eval()
+    with torch.no_grad():
+        drafts = model(
+            hidden_states=inputs["aux"], input_ids=inputs["ids"],
+            document_ids=torch.zeros_like(inputs["ids"]), position_ids=inputs["positions"], ttt_steps=1,
+        )
+    print(json.dumps({"drafts": drafts[0][0].tolist(), "maps": t2d.sum().item()}))
+    """
+)
+
+
 def _our_drafts(head_dir: Path, target_dir: Path, inputs: dict[str, torch.Tensor]) -> list[int]:
     target = load_model(
         str(target_dir), torch.device("cpu"), torch.float32, 1, attention="sdpa", linear="torch"
@@ -59,7 +102,7 @@ def _our_drafts(head_dir: Path, target_dir: Path, inputs: dict[str, torch.Tensor
     width = inputs["ids"].shape[1]
     mask = torch.ones(width, width, dtype=torch.bool).tril().view(1, 1, width, width)
     with torch.no_grad():
-        embeds = target.get_input_embeddings()(inputs["ids"])
+        embeds = head.embedding(target)(inputs["ids"])
         _, logits = head(embeds, head.fuse(inputs["aux"]), inputs["positions"], mask, None)
     return logits.argmax(-1)[0].tolist()
 
@@ -67,12 +110,7 @@ def _our_drafts(head_dir: Path, target_dir: Path, inputs: dict[str, torch.Tensor
 def test_speculators_loads_our_head_and_drafts_what_we_draft(
     tiny_pair: TinyPair, tiny_head: Path, tmp_path: Path
 ) -> None:
-    if SPECULATORS is None:
-        if REQUIRED:
-            pytest.fail("ADAPTIVESPEC_REQUIRE_SPECULATORS is set but ADAPTIVESPEC_SPECULATORS_PYTHON is not")
-        pytest.skip(
-            "speculators' environment not given (ops/install-speculators.sh, ADAPTIVESPEC_SPECULATORS_PYTHON)"
-        )
+    python = _speculators_python()
     spec = read_spec(tiny_head)
     generator = torch.Generator().manual_seed(0)
     width, hidden = 12, int(spec.layer_config["hidden_size"])
@@ -89,7 +127,7 @@ def test_speculators_loads_our_head_and_drafts_what_we_draft(
     script = tmp_path / "check.py"
     script.write_text(_CHECK)
     run = subprocess.run(
-        [SPECULATORS, str(script), str(tiny_head), str(tmp_path / "inputs.pt")],
+        [python, str(script), str(tiny_head), str(tmp_path / "inputs.pt")],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
@@ -97,6 +135,52 @@ def test_speculators_loads_our_head_and_drafts_what_we_draft(
     assert theirs["type"] == "Eagle3DraftModel"
     assert theirs["layers"] == list(spec.aux_layers or ())
     assert theirs["drafts"] == _our_drafts(tiny_head, tiny_pair.target, inputs)  # draft ids, argmax
+
+
+def _speculators_python() -> str:
+    if SPECULATORS is None:
+        if REQUIRED:
+            pytest.fail("ADAPTIVESPEC_REQUIRE_SPECULATORS is set but ADAPTIVESPEC_SPECULATORS_PYTHON is not")
+        pytest.skip(
+            "speculators' environment not given (ops/install-speculators.sh, ADAPTIVESPEC_SPECULATORS_PYTHON)"
+        )
+    return SPECULATORS
+
+
+def test_we_load_a_head_speculators_wrote_and_draft_what_it_drafts(
+    tiny_pair: TinyPair, tmp_path: Path
+) -> None:
+    """The other direction: a head as a GPU host's speculators training leaves it (its own
+    config, its own embedding, a reduced vocabulary) serves here as it drafts there."""
+    python = _speculators_python()
+    config = json.loads((tiny_pair.target / "config.json").read_text())
+    shape = {
+        key: config[key]
+        for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                    "vocab_size", "rms_norm_eps", "max_position_embeddings")
+    }  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    width = 12
+    inputs = {
+        "ids": torch.randint(0, shape["vocab_size"], (1, width), generator=generator),
+        "aux": torch.randn(1, width, 3 * shape["hidden_size"], generator=generator),
+        "positions": torch.arange(1, width + 1).unsqueeze(0),
+    }
+    torch.save(inputs, tmp_path / "inputs.pt")
+    script = tmp_path / "write.py"
+    script.write_text(_WRITE)
+    head_dir = tmp_path / "their-head"
+    run = subprocess.run(
+        [python, str(script), str(head_dir), json.dumps(shape), str(tmp_path / "inputs.pt")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    theirs = json.loads(run.stdout.strip().splitlines()[-1])
+    assert is_eagle3_dir(head_dir)
+    assert "embed_tokens.weight" in read_weights(head_dir)  # speculators keeps its own copy
+    assert read_spec(head_dir).draft_vocab_size == theirs["maps"] < shape["vocab_size"]
+    assert len(set(theirs["drafts"])) > 1  # drafts that depend on their inputs
+    assert theirs["drafts"] == _our_drafts(head_dir, tiny_pair.target, inputs)  # draft ids, argmax
 
 
 def test_a_head_directory_reads_back_as_written(tiny_head: Path) -> None:
