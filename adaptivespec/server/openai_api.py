@@ -47,7 +47,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     except InvalidRequestError as exc:
         raise ApiError(400, str(exc), param=exc.param) from exc
     prompt = await asyncio.to_thread(render_chat, services.tokenizer, messages)  # off the event loop
-    return await _serve(request, protocol.chat_request(body, prompt))
+    room = services.engine.intake.max_context - len(prompt)
+    return await _serve(request, protocol.chat_request(body, prompt, room))
 
 
 def render_chat(tokenizer: object, messages: list[dict[str, str]]) -> tuple[int, ...]:

@@ -33,6 +33,10 @@ def error_body(message: str, kind: str, param: str | None = None, code: str | No
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+# Fields this server does not honour, with the values that ask for nothing (OpenAI's, and
+# vLLM's extensions that clients written for vLLM send). Any other value would change what is
+# generated or returned, so it is refused rather than dropped: a client that asked for a
+# penalty, a JSON reply or a top-k cut must not get text made without it.
 _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "logprobs": (None, False, 0),
     "top_logprobs": (None, 0),
@@ -40,8 +44,30 @@ _UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "best_of": (None, 1),
     "suffix": (None, ""),
     "tools": (None, []),
+    "functions": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "function_call": (None, "none", "auto"),
     "logit_bias": (None, {}),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0),
+    "min_tokens": (None, 0),
+    "stop_token_ids": (None, []),
+    "response_format": (None, {"type": "text"}),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "structured_outputs": (None,),
+    "prompt_logprobs": (None, 0),
+    "audio": (None,),
+    "modalities": (None, ["text"]),
 }
+# Message roles a chat template is given; a tool's turn and an assistant's tool calls need
+# tools, which this server does not run.
+_ROLES = ("system", "developer", "user", "assistant")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,56 +123,87 @@ def parse_chat(body: dict[str, Any]) -> tuple[list[dict[str, str]], dict[str, An
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list", param="messages")
-    for message in messages:
-        if not (
-            isinstance(message, dict)
-            and isinstance(message.get("role"), str)
-            and isinstance(message.get("content"), str)
-        ):
-            raise ApiError(400, "each message needs a string role and a string content", param="messages")
-    return [{"role": m["role"], "content": m["content"]} for m in messages], body
+    return [_message(m) for m in messages], body
 
 
-def chat_request(body: dict[str, Any], prompt: tuple[int, ...]) -> GenerationRequest:
-    return _generation(body, (prompt,), chat=True)
+def _message(message: Any) -> dict[str, str]:
+    """One message as the template takes it: a role and its text (text parts joined by lines)."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise ApiError(400, "each message needs a string role and a string content", param="messages")
+    role = message["role"]
+    if role in ("tool", "function") or message.get("tool_calls") or message.get("function_call"):
+        raise ApiError(
+            400, "tool calls and tool results are not supported by this server: send text turns only",
+            param="messages",
+        )  # fmt: skip
+    if role not in _ROLES:
+        raise ApiError(400, f"message role {role!r} is not one of {', '.join(_ROLES)}", param="messages")
+    content = message.get("content")
+    if isinstance(content, list) and content:
+        kinds = {part.get("type") if isinstance(part, dict) else None for part in content}
+        if kinds != {"text"} or not all(isinstance(part.get("text"), str) for part in content):
+            raise ApiError(
+                400,
+                f'content parts must be text ({{"type": "text", "text": ...}}); this model reads '
+                f"text only, got {sorted(str(kind) for kind in kinds)}",
+                param="messages",
+            )
+        content = "\n".join(part["text"] for part in content)
+    if not isinstance(content, str):
+        raise ApiError(
+            400, "each message's content must be a string or a list of text parts", param="messages"
+        )
+    return {"role": role, "content": content}
+
+
+def chat_request(body: dict[str, Any], prompt: tuple[int, ...], room: int) -> GenerationRequest:
+    """A chat request; without a token limit it may write as much as the context has `room` for,
+    as OpenAI's chat completions and vLLM do (16 is the legacy completions' default only)."""
+    return _generation(body, (prompt,), chat=True, default_tokens=max(room, 1))
 
 
 def _generation(
-    body: dict[str, Any], prompts: tuple[str | tuple[int, ...], ...], chat: bool
+    body: dict[str, Any], prompts: tuple[str | tuple[int, ...], ...], chat: bool, default_tokens: int = 16
 ) -> GenerationRequest:
-    n = body.get("n", 1)
+    n = _given(body, "n", 1)
     if n != 1:
         raise ApiError(400, "only n=1 is supported; send one request per completion", param="n")
     for name, allowed in _UNSUPPORTED.items():
         if body.get(name) not in allowed:
-            raise ApiError(400, f"{name} is not supported by this server", param=name)
+            raise ApiError(400, f"{name} is not supported by this server; leave it out", param=name)
     stop = body.get("stop")
     stops = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, list) else ()
     if stop is not None and not isinstance(stop, (str, list)):
         raise ApiError(400, "stop must be a string or a list of strings", param="stop")
-    options = body.get("stream_options") or {}
+    options = _given(body, "stream_options", {})
     if not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", param="stream_options")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 16))
+    max_tokens = _given(body, "max_completion_tokens", _given(body, "max_tokens", default_tokens))
     try:
         params = SamplingParams(
             max_tokens=_typed(max_tokens, int, "max_tokens"),
-            temperature=_real(body.get("temperature", 1.0), "temperature"),
-            top_p=_real(body.get("top_p", 1.0), "top_p"),
+            temperature=_real(_given(body, "temperature", 1.0), "temperature"),
+            top_p=_real(_given(body, "top_p", 1.0), "top_p"),
             seed=None if body.get("seed") is None else _typed(body.get("seed"), int, "seed"),
             stop=stops,
             ignore_eos=_flag(body, "ignore_eos"),  # vLLM's extension, for benchmarks
         )
     except InvalidRequestError as exc:
         raise ApiError(400, str(exc), param=exc.param) from exc
-    stream = body.get("stream", False)
+    stream = _given(body, "stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be true or false", param="stream")
     return GenerationRequest(prompts, params, stream, bool(options.get("include_usage", False)), chat)
 
 
+def _given(body: dict[str, Any], name: str, default: Any) -> Any:
+    """The field's value; its default where it is left out or null (OpenAI's clients send both)."""
+    value = body.get(name)
+    return default if value is None else value
+
+
 def _flag(body: dict[str, Any], name: str) -> bool:
-    value = body.get(name, False)
+    value = _given(body, name, False)
     if not isinstance(value, bool):
         raise ApiError(400, f"{name} must be true or false", param=name)
     return value

@@ -65,12 +65,25 @@ async def test_validation_errors_are_openai_400s(sim_client: TestClient[Any, Any
         ({"stop": ["x" * 257]}, "stop"),
         ({"prompt": ["a"] * 33}, "prompt"),
         ({"prompt": "word " * 5000}, "prompt"),  # refused by its length, before it is tokenized
+        # Fields that would change the text, which this server does not honour: refused, not dropped.
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"frequency_penalty": -1}, "frequency_penalty"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty"),  # vLLM's extensions, as vLLM clients send them
+        ({"top_k": 40}, "top_k"),
+        ({"min_p": 0.05}, "min_p"),
+        ({"min_tokens": 4}, "min_tokens"),
+        ({"stop_token_ids": [2]}, "stop_token_ids"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"guided_json": {"type": "object"}}, "guided_json"),
+        ({"tool_choice": "required"}, "tool_choice"),
     ]
     for body, param in cases:
         status, reply = await _completion(sim_client, **body)
         assert status == 400, body
         assert reply["error"]["type"] == "invalid_request_error" and reply["error"]["param"] == param, body
         assert reply["error"]["message"]
+    unsupported = await _completion(sim_client, top_k=40)
+    assert "top_k is not supported by this server; leave it out" in unsupported[1]["error"]["message"]
     response = await sim_client.post("/v1/completions", data=b"{not json")
     assert response.status == 400 and "not valid JSON" in (await response.json())["error"]["message"]
     deep = b'{"prompt": "x", "n": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
@@ -84,6 +97,22 @@ async def test_validation_errors_are_openai_400s(sim_client: TestClient[Any, Any
         "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
     )
     assert response.status == 400 and "chat template" in (await response.json())["error"]["message"]
+
+
+async def test_fields_left_at_what_asks_for_nothing_are_served(sim_client: TestClient[Any, Any]) -> None:
+    """OpenAI's clients send null for a field left unset, and some send a field at its neutral
+    value; neither asks for anything this server does not do."""
+    neutral: dict[str, Any] = {
+        "temperature": None, "top_p": None, "n": None, "stream": None, "stream_options": None,
+        "stop": None, "seed": None, "presence_penalty": 0, "frequency_penalty": 0.0, "top_k": -1,
+        "repetition_penalty": 1.0, "min_p": 0, "response_format": {"type": "text"}, "tool_choice": "none",
+        "logprobs": None, "modalities": ["text"], "user": "u-1",
+    }  # fmt: skip
+    status, reply = await _completion(sim_client, **neutral)
+    assert status == 200, reply
+    assert reply["usage"]["completion_tokens"] == 8
+    status, reply = await _completion(sim_client, max_tokens=None)
+    assert status == 200 and reply["usage"]["completion_tokens"] == 16  # the completions API's default
 
 
 async def test_oversize_body_gets_413(aiohttp_client: Any, tmp_path: Path) -> None:

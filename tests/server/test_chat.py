@@ -17,7 +17,7 @@ from ..conftest import TinyPair
 
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"
-    "{% if m['role'] == 'tool' %}{{ raise_exception('this template has no tool role') }}{% endif %}"
+    "{% if m['role'] == 'developer' %}{{ raise_exception('this template has no developer role') }}{% endif %}"
     "<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
 )
 
@@ -88,8 +88,61 @@ async def test_a_template_that_refuses_the_messages_is_a_400_that_says_why(
     aiohttp_client: Any, tmp_path: Path, bos_model: Path
 ) -> None:
     client = await _client(aiohttp_client, tmp_path, bos_model)
-    messages = [{"role": "user", "content": "x"}, {"role": "tool", "content": "42"}]
+    messages = [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "x"}]
     response = await client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
     assert response.status == 400
     error = (await response.json())["error"]
-    assert error["param"] == "messages" and "no tool role" in error["message"]
+    assert error["param"] == "messages" and "no developer role" in error["message"]
+
+
+async def test_text_parts_are_the_text_they_hold_and_other_turns_are_400s_that_say_why(
+    aiohttp_client: Any, tmp_path: Path, bos_model: Path
+) -> None:
+    """Clients built on OpenAI's SDKs send content as parts; a text-only model reads the text
+    parts and refuses, by name, what it cannot read or run (images, tool calls)."""
+    client = await _client(aiohttp_client, tmp_path, bos_model)
+
+    async def chat(*messages: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        body = {"messages": list(messages), "max_tokens": 4, "temperature": 0}
+        response = await client.post("/v1/chat/completions", json=body)
+        return response.status, await response.json()
+
+    plain = await chat({"role": "user", "content": "hello\nthere"})
+    parts = [{"type": "text", "text": "hello"}, {"type": "text", "text": "there"}]
+    split = await chat({"role": "user", "content": parts})
+    assert plain[0] == split[0] == 200
+    assert plain[1]["usage"] == split[1]["usage"]
+    assert plain[1]["choices"][0]["message"] == split[1]["choices"][0]["message"]
+    image = {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}
+    refused = {
+        "image": ({"role": "user", "content": [parts[0], image]}, "text only"),
+        "tool turn": ({"role": "tool", "tool_call_id": "1", "content": "42"}, "tool"),
+        "tool call": (
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            "tool",
+        ),
+        "role": ({"role": "wizard", "content": "x"}, "'wizard' is not one of"),
+        "no content": ({"role": "user", "content": None}, "string or a list of text parts"),
+        "empty parts": ({"role": "user", "content": []}, "string or a list of text parts"),
+    }  # fmt: skip
+    for name, (message, says) in refused.items():
+        status, reply = await chat({"role": "user", "content": "x"}, message)
+        assert status == 400, name
+        assert reply["error"]["param"] == "messages" and says in reply["error"]["message"], name
+
+
+async def test_a_chat_without_a_token_limit_may_fill_the_context(
+    aiohttp_client: Any, tmp_path: Path, bos_model: Path
+) -> None:
+    """OpenAI's chat completions (and vLLM's) write until the model stops or the context is full
+    when no limit is given; 16 tokens is the legacy completions' default, not chat's."""
+    client = await _client(aiohttp_client, tmp_path, bos_model)
+    messages = [{"role": "user", "content": "hi"}]
+    for limit in ({}, {"max_tokens": None}, {"max_completion_tokens": None}):
+        body = {"messages": messages, "temperature": 0, "ignore_eos": True} | limit
+        response = await client.post("/v1/chat/completions", json=body)
+        assert response.status == 200, await response.text()
+        reply = await response.json()
+        assert reply["choices"][0]["finish_reason"] == "length"
+        assert reply["usage"]["total_tokens"] == 128  # the context (max_context) filled, prompt and all
