@@ -9,7 +9,7 @@ embedding may be left out, as speculators and vLLM both allow: it is then the ta
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,16 +58,15 @@ class Eagle3Spec:
 
     def with_aux_layers(self, target_layers: int) -> Eagle3Spec:
         """The head's auxiliary layers, or speculators' default for a target of that depth."""
-        ids = self.aux_layers or default_aux_layers(target_layers)
+        if self.aux_layers is None:
+            return replace(self, aux_layers=default_aux_layers(target_layers))
+        ids = self.aux_layers
         if len(set(ids)) != len(ids) or not all(0 <= i <= target_layers for i in ids):
             raise ModelLoadError(
                 f"the head reads target layers {list(ids)}, but the target has {target_layers} "
                 "layers (ids must be distinct, from 0 to that count); was it trained for another model?"
             )
-        return Eagle3Spec(
-            self.layer_config, self.draft_vocab_size, tuple(ids), self.norm_before_residual,
-            self.norm_before_fc, self.fc_norm, self.norm_output, self.verifier,
-        )  # fmt: skip
+        return self
 
     def to_json(self, speculative_tokens: int) -> dict[str, Any]:
         """The config as speculators writes it, so that its `Eagle3DraftModel` and vLLM load it."""
@@ -93,10 +92,12 @@ class Eagle3Spec:
 
 
 def default_aux_layers(target_layers: int) -> tuple[int, ...]:
-    """speculators' choice (early, middle, late); for targets too shallow for it, three spread
-    over [0, layers], where `layers` stands for the last layer's output."""
-    if target_layers >= 6:
-        return (2, target_layers // 2, target_layers - 3)
+    """speculators' choice (early, middle, late); where that names a layer twice or one the
+    target lacks (fewer than 7 layers: 6 gives 2, 3, 3, which speculators refuses too), three
+    spread over [0, layers], where `layers` stands for the last layer's output."""
+    ids = (2, target_layers // 2, target_layers - 3)
+    if len(set(ids)) == len(ids) and min(ids) >= 0:
+        return ids
     return tuple(sorted({round(target_layers * i / 2) for i in range(3)}))
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from adaptivespec.config import is_eagle3_dir
-from adaptivespec.engine.eagle3_format import read_spec, read_weights
+from adaptivespec.engine.eagle3_format import default_aux_layers, read_spec, read_weights
 from adaptivespec.engine.eagle3_proposer import load_head
 from adaptivespec.engine.loader import load_model
 from adaptivespec.errors import ModelLoadError
@@ -211,3 +211,14 @@ def test_a_head_for_another_target_is_refused_with_the_reason(
     )
     with pytest.raises(ModelLoadError, match="trained for another target"):
         load_head(str(other), target)
+
+
+def test_the_default_auxiliary_layers_are_distinct_layers_of_any_target() -> None:
+    """speculators' default (2, L // 2, L - 3) names layer 3 twice for a 6-layer target (the
+    demo's): a head built for it with no ids of its own must still load, so there the three
+    spread over the target instead; deeper targets keep speculators' choice."""
+    for layers in range(2, 81):
+        ids = default_aux_layers(layers)
+        assert len(ids) == len(set(ids)) == 3 and all(0 <= i <= layers for i in ids), layers
+    assert default_aux_layers(6) == (0, 3, 6)
+    assert default_aux_layers(30) == (2, 15, 27)  # speculators' own for SmolLM2-135M
