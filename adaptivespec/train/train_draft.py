@@ -57,12 +57,11 @@ class DataSettings:
 
 
 def run(args: argparse.Namespace) -> Path:
+    _check_flags(args)
     data = DataSettings(
         args.prompts, args.new_tokens, draft_vocab=args.draft_vocab, seed=args.seed, text=args.text
     )
     fit = TrainSettings(epochs=args.epochs, lr=args.lr, seed=args.seed, bf16=native_cpu_bf16())
-    if args.minutes < 0:
-        raise AdaptiveSpecError(f"--minutes must be 0 (no budget) or more, not {args.minutes}")
     budget = Budget(args.minutes * 60) if args.minutes > 0 else None
     threads = set_threads(args.threads)
     try:
@@ -73,6 +72,23 @@ def run(args: argparse.Namespace) -> Path:
         ) from None
     print(home, flush=True)
     return home
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Each flag's own mistake named before a model loads (minutes of work otherwise)."""
+    for flag in ("prompts", "new_tokens", "draft_vocab", "epochs", "lr"):
+        if not getattr(args, flag) > 0:
+            raise AdaptiveSpecError(f"--{flag.replace('_', '-')} must be positive, not {getattr(args, flag)}")
+    if args.minutes < 0:
+        raise AdaptiveSpecError(f"--minutes must be 0 (no budget) or more, not {args.minutes}")
+    if args.text is not None:
+        try:
+            args.text.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AdaptiveSpecError(
+                f"--text {args.text} cannot be read as UTF-8 text ({exc}); pass a readable text file, "
+                "or leave --text out to train on the standard library's text"
+            ) from exc
 
 
 def train_draft(

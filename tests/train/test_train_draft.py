@@ -79,3 +79,26 @@ def test_an_interrupted_run_resumes_and_builds_the_same_head(
     assert ours.keys() == theirs.keys()
     for name in ours:
         torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_a_flag_that_cannot_work_is_named_before_any_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A text file that is not there (or not text), or a count that cannot be, fails at once with
+    the flag's name: not minutes later, after the target has loaded, with a traceback."""
+    monkeypatch.setenv("ADAPTIVESPEC_CACHE_DIR", str(tmp_path / "cache"))
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(bytes(range(256)))
+    target = str(tmp_path / "no-model-here")  # would fail to load, with another message, if reached
+    cases = {
+        ("--text", str(tmp_path / "missing.txt")): "--text",
+        ("--text", str(binary)): "UTF-8",
+        ("--epochs", "0"): "--epochs must be positive",
+        ("--lr", "-1"): "--lr must be positive",
+        ("--prompts", "0"): "--prompts must be positive",
+        ("--minutes", "-2"): "--minutes must be 0",
+    }
+    for flags, says in cases.items():
+        assert main(["train-draft", "--target", target, *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert says in err and "no-model-here" not in err and "Traceback" not in err, (flags, err)
