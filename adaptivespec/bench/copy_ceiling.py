@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.drafters import (
     add_requests_and_drafters,
     batch_one_config,
@@ -102,12 +103,12 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "over the target's greedy outputs",
     )
     add_requests_and_drafters(bench, MODEL_FREE, max_tokens=128)
-    bench.add_argument("--k", default="4,8,16", help="draft tokens per step, comma-separated")
+    bench.add_argument("--k", type=integers, default="4,8,16", help="draft tokens per step, comma-separated")
 
 
 def run(args: argparse.Namespace) -> None:
     names = chosen_drafters(args, MODEL_FREE)
-    ks = [int(k) for k in str(args.k).split(",")]
+    ks: list[int] = args.k
     config = batch_one_config(args, ks)
     models = config.models
     loaded = load_runner(config)

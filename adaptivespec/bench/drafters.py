@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.sibling_runners import MODEL_FREE, model_free_proposer, sibling
 from adaptivespec.bench.traffic_mixes import MIXES, prompts
@@ -67,7 +68,10 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     add_requests_and_drafters(bench, CONTENDERS, max_tokens=192)
     bench.add_argument(
-        "--k", default="8", help="draft tokens per step; several, comma-separated, run each drafter at each"
+        "--k",
+        type=integers,
+        default="8",
+        help="draft tokens per step; several, comma-separated, run each drafter at each",
     )
     bench.add_argument(
         "--head",
@@ -134,7 +138,7 @@ def batch_one_config(args: argparse.Namespace, ks: list[int]) -> EngineConfig:
 
 def run(args: argparse.Namespace) -> None:
     drafters = chosen_drafters(args, CONTENDERS)
-    ks = [int(k) for k in str(args.k).split(",")]
+    ks: list[int] = args.k
     config = batch_one_config(args, ks)
     models = config.models
     loaded = load_runner(config)

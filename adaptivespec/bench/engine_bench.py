@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from adaptivespec.bench.arguments import integers
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.steps import compare_with_dynamic_cache, prompt_windows
 from adaptivespec.config import DEMO_MODEL, LINEAR_CHOICES, OVERLAP_CHOICES, EngineConfig, ModelConfig
@@ -94,7 +95,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--target", default=DEMO_MODEL)
     bench.add_argument("--draft", default=DEMO_MODEL)
     bench.add_argument("--new-tokens", type=int, default=128)
-    bench.add_argument("--batches", default="8,32,64")
+    bench.add_argument("--batches", type=integers, default="8,32,64")
     bench.add_argument("--rounds", type=int, default=3, help="ours and the baseline alternately, per case")
     bench.add_argument(
         "--overlap", choices=OVERLAP_CHOICES, default="on", help="start a step while the last one streams"
@@ -168,7 +169,7 @@ async def _cases(
     rates = {k: sum([(await ours(p, k, True))[1] for p in tuning]) for k in (0, 1, 2, 3, 4, 6)}
     best_k = max(rates, key=rates.__getitem__)
     assisted, plain = Rounds(), Rounds()
-    batch_cases = {int(b): Rounds() for b in args.batches.split(",")}
+    batch_cases = {b: Rounds() for b in args.batches}
     same_linears = {batch: Rounds() for batch in batch_cases} if packed_layers(runner.models) else {}
     for round_ in range(args.rounds):
         print(f"round {round_ + 1}/{args.rounds}", flush=True)
