@@ -81,14 +81,19 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise AdaptiveSpecError(f"--{flag.replace('_', '-')} must be positive, not {getattr(args, flag)}")
     if args.minutes < 0:
         raise AdaptiveSpecError(f"--minutes must be 0 (no budget) or more, not {args.minutes}")
-    if args.text is not None:
-        try:
-            args.text.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AdaptiveSpecError(
-                f"--text {args.text} cannot be read as UTF-8 text ({exc}); pass a readable text file, "
-                "or leave --text out to train on the standard library's text"
-            ) from exc
+
+
+def _read_text(path: Path | None) -> str | None:
+    """The --text file's text, read before any model loads, or None for the standard library's."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AdaptiveSpecError(
+            f"--text {path} cannot be read as UTF-8 text ({exc}); pass a readable text file, "
+            "or leave --text out to train on the standard library's text"
+        ) from exc
 
 
 def train_draft(
@@ -103,6 +108,7 @@ def train_draft(
 ) -> Path:
     """The head's directory; with a `budget`, `data.prompts` and `fit.epochs` are caps that
     the budget may stop short of (budget.py)."""
+    text = _read_text(data.text)
     source, _ = resolve_models(ModelConfig(target=target_name, proposer="ngram"), progress)
     home = out or head_home(source.path)
     if (home / "config.json").is_file():
@@ -115,7 +121,6 @@ def train_draft(
     vocab = embedding_rows(target)
     spec = head_spec(target, min(data.draft_vocab, vocab), source.path)
     began = time.perf_counter()
-    text = None if data.text is None else data.text.read_text(encoding="utf-8")
     prompts = training_prompts(tokenizer, data.prompts, data.seed, text=text)
     continuations = Continuations(target_name, threads, max(len(p) for p in prompts), data.new_tokens)
     teacher = Teacher(target, spec.aux_layers or (), bf16=fit.bf16)
