@@ -56,7 +56,13 @@ def render_chat(tokenizer: object, messages: list[dict[str, str]]) -> tuple[int,
 
     A template that renders the BOS itself (Llama 3, Gemma) must not get a second one from
     the tokenizer, so the ids come from `apply_chat_template`, which adds no special tokens.
+
+    `developer` is OpenAI's newer name for the system turn. A template that never names it
+    would write it as an unknown role (SmolLM2's also puts its default system prompt ahead
+    of it), so there it is the system turn; a template that names it gets it as sent.
     """
+    if "developer" not in str(getattr(tokenizer, "chat_template", None) or ""):
+        messages = [m | {"role": "system"} if m["role"] == "developer" else m for m in messages]
     try:
         rendered = tokenizer.apply_chat_template(  # type: ignore[attr-defined]
             messages, tokenize=True, add_generation_prompt=True, return_dict=True
@@ -192,6 +198,7 @@ async def _stream(
     await response.prepare(request)
     request_id, name = protocol.new_id(job.chat), request.app[SERVICES].model_name
     completion_tokens = 0
+    introduced: set[int] = set()  # choices whose role has been sent
     async for index, event in _merged(streams, request.app[CONFIG].sse_keepalive_seconds):
         if event is None:
             await response.write(b": keep-alive\n\n")  # a comment: clients ignore it, proxies see traffic
@@ -202,7 +209,9 @@ async def _stream(
             await _event(response, error)
             break
         if event.text or event.finish_reason is not None:
-            chunk = protocol.choice(index, event.text, event.finish_reason, job.chat, True)
+            first = index not in introduced
+            introduced.add(index)
+            chunk = protocol.choice(index, event.text, event.finish_reason, job.chat, True, first=first)
             await _event(response, protocol.envelope(request_id, name, job.chat, True, [chunk]))
     if job.include_usage:
         final = protocol.envelope(request_id, name, job.chat, True, [])

@@ -226,16 +226,24 @@ def new_id(chat: bool) -> str:
     return f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
 
 
-def choice(index: int, text: str, finish: str | None, chat: bool, streaming: bool) -> dict[str, Any]:
+def choice(
+    index: int, text: str, finish: str | None, chat: bool, streaming: bool, *, first: bool = True
+) -> dict[str, Any]:
+    """One choice of a reply or of a streamed chunk.
+
+    A streamed chat choice names its role in its first delta only, as OpenAI's do: clients
+    that rebuild the message by joining deltas (the `openai` SDK's stream helpers among them)
+    join every field, so a role repeated in each chunk would read "assistantassistant...".
+    """
     if not chat:
         return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
-    key = "delta" if streaming else "message"
-    return {
-        "index": index,
-        key: {"role": "assistant", "content": text},
-        "logprobs": None,
-        "finish_reason": finish,
-    }
+    if not streaming:
+        message = {"role": "assistant", "content": text}
+        return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
+    delta: dict[str, str] = {"role": "assistant", "content": text} if first else {}
+    if text:
+        delta["content"] = text
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
 
 
 def envelope(

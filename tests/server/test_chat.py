@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from openai import AsyncOpenAI
 from tokenizers.processors import TemplateProcessing
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from adaptivespec.config import EngineConfig, ModelConfig, ServeConfig
 from adaptivespec.server.app import create_app
+from adaptivespec.server.openai_api import render_chat
+from adaptivespec.server.protocol import ApiError
 
 from ..conftest import TinyPair
 
@@ -146,3 +150,43 @@ async def test_a_chat_without_a_token_limit_may_fill_the_context(
         reply = await response.json()
         assert reply["choices"][0]["finish_reason"] == "length"
         assert reply["usage"]["total_tokens"] == 128  # the context (max_context) filled, prompt and all
+
+
+async def test_a_streamed_chat_names_its_role_once_so_the_openai_stream_helper_rebuilds_it(
+    aiohttp_client: Any, tmp_path: Path, bos_model: Path
+) -> None:
+    """The `openai` SDK's stream helper joins each delta's fields into the message; a role sent
+    in every chunk came out as "assistantassistant..." and failed its validation."""
+    client = await _client(aiohttp_client, tmp_path, bos_model)
+    messages = [{"role": "user", "content": "hi"}]
+    body = {"messages": messages, "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+    whole = await (await client.post("/v1/chat/completions", json=body)).json()
+    raw = await (await client.post("/v1/chat/completions", json=body | {"stream": True})).text()
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert [("role" in d) for d in deltas] == [True] + [False] * (len(deltas) - 1)
+    assert "".join(d.get("content", "") for d in deltas) == whole["choices"][0]["message"]["content"]
+    sdk = AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="unused", max_retries=0)
+    async with sdk.chat.completions.stream(
+        model=bos_model.name, messages=messages, max_tokens=6, temperature=0,  # type: ignore[arg-type]
+        extra_body={"ignore_eos": True},
+    ) as stream:  # fmt: skip
+        async for _ in stream:
+            pass
+        final = stream.current_completion_snapshot  # its `get_final_completion` refuses "length"
+    assert final.choices[0].message.role == "assistant"
+    assert final.choices[0].message.content == whole["choices"][0]["message"]["content"]
+    assert final.choices[0].finish_reason == "length"
+
+
+async def test_a_developer_turn_is_the_system_turn_where_the_template_has_no_developer_role(
+    tiny_pair: TinyPair, bos_model: Path
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(bos_model)
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    user = {"role": "user", "content": "x"}
+    as_system = render_chat(tokenizer, [{"role": "system", "content": "be brief"}, user])
+    assert render_chat(tokenizer, [{"role": "developer", "content": "be brief"}, user]) == as_system
+    tokenizer.chat_template = TEMPLATE  # names the role: it gets it as sent, and here refuses it
+    with pytest.raises(ApiError, match="no developer role"):
+        render_chat(tokenizer, [{"role": "developer", "content": "be brief"}, user])
