@@ -29,14 +29,26 @@ class OpenVINO:
     # Its KV cache: "f32" as ours, or "u8", what OpenVINO's CPU plugin picks on x86 unless told.
     kv_precision: str = "f32"
 
+    @staticmethod
+    def check(python: Path) -> None:
+        """Refuses an environment that cannot run the peer, before any model loads."""
+        setup = "the README's `bench workload` part shows how to set that environment up"
+        if not python.is_file():
+            raise SystemExit(f"--openvino-python {python} does not exist; {setup}")
+        probe = [str(python), "-c", "import openvino_genai, optimum.intel"]
+        try:
+            found = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=120)
+        except OSError as exc:  # not executable, or not a program at all
+            raise SystemExit(f"--openvino-python {python} does not run ({exc}); {setup}") from exc
+        if found.returncode != 0:
+            last = (found.stderr.strip().splitlines() or ["no error text"])[-1]
+            raise SystemExit(
+                f"--openvino-python {python} cannot import openvino_genai and optimum-intel ({last}); {setup}"
+            )
+
     @classmethod
     def prepare(cls, python: Path, source_dir: str, max_seqs: int, kv_precision: str = "f32") -> OpenVINO:
-        """Exports the model on first use; later runs reuse the export."""
-        if not python.exists():
-            raise SystemExit(
-                f"--openvino-python {python} does not exist; "
-                "the README's `bench workload` part shows how to set that environment up"
-            )
+        """Exports the model on first use; later runs reuse the export (`check` comes first)."""
         tag = hashlib.sha256(str(Path(source_dir).resolve()).encode()).hexdigest()[:12]
         out = cache_dir() / "openvino" / f"{Path(source_dir).name}-{tag}-fp32"
         if not (out / "openvino_model.xml").exists():

@@ -157,6 +157,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
         )
     if args.quick and not args.engines:  # engines asked for by name are run, --quick or not
         engines = [e for e in engines if e not in PEERS]
+    if any(e.startswith("openvino") for e in engines):
+        OpenVINO.check(args.openvino_python)
     shape = TrafficShape.from_file(args.lengths) if args.lengths else _default_shape(args.quick)
     rates: list[float | None] = list(args.rates or ([0.5] if args.quick else [0.25, 0.5, 1.0]))
     if not args.no_burst:

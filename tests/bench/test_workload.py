@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,18 +130,38 @@ def test_the_openvino_peer_names_its_missing_environment() -> None:
         main(["bench", "workload", "--engines", "vllm"])
 
 
-def test_engines_named_on_the_command_line_are_run_even_with_quick() -> None:
+def _planned(*flags: str) -> list[str]:
     import argparse
 
     from adaptivespec.bench import commands, workload
 
-    def planned(*flags: str) -> list[str]:
-        args = commands.parser(argparse.ArgumentParser(add_help=False)).parse_args(["workload", *flags])
-        return workload.plan_of(args).engines
+    args = commands.parser(argparse.ArgumentParser(add_help=False)).parse_args(["workload", *flags])
+    return workload.plan_of(args).engines
 
-    named = planned("--quick", "--engines", "ours-off,openvino", "--openvino-python", "/opt/ov/bin/python")
+
+def test_an_openvino_environment_that_cannot_run_the_peer_is_named_before_any_model_loads(
+    tmp_path: Path,
+) -> None:
+    """Found before the target loads and the other engines run, not when the peer's turn comes."""
+    not_python = tmp_path / "python"
+    not_python.write_text("not a program")
+    flags = ("--engines", "ours-off,openvino", "--openvino-python")
+    with pytest.raises(SystemExit, match="does not exist"):
+        _planned(*flags, str(tmp_path / "missing"))
+    with pytest.raises(SystemExit, match="does not run"):
+        _planned(*flags, str(not_python))
+    if importlib.util.find_spec("openvino_genai") is None:  # ours has none, as the README sets it up
+        with pytest.raises(SystemExit, match="cannot import openvino_genai"):
+            _planned(*flags, sys.executable)
+
+
+def test_engines_named_on_the_command_line_are_run_even_with_quick(tmp_path: Path) -> None:
+    peer = tmp_path / "python"  # an environment that imports what the peer needs
+    peer.write_text("#!/bin/sh\nexit 0\n")
+    peer.chmod(0o755)
+    named = _planned("--quick", "--engines", "ours-off,openvino", "--openvino-python", str(peer))
     assert named == ["ours-off", "openvino"]
-    assert not any(e.startswith("openvino") for e in planned("--quick", "--openvino-python", "/x"))
+    assert not any(e.startswith("openvino") for e in _planned("--quick", "--openvino-python", "/x"))
 
 
 def test_the_adaptive_runs_start_from_a_fresh_controller() -> None:
