@@ -31,7 +31,7 @@ from adaptivespec.bench import (
     step_variants,
     workload,
 )
-from adaptivespec.bench.arguments import integers
+from adaptivespec.bench.arguments import draft_lengths, positive_integers
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.steps import acceptance_at_k1, compare_with_dynamic_cache, prompt_windows, step_times
 from adaptivespec.config import DEMO_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
@@ -47,13 +47,13 @@ def parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     kinds = bench.add_subparsers(dest="bench", required=True)
     steps = kinds.add_parser("steps", help="decode-step time against batch size and K")
-    steps.add_argument("--batches", type=integers, default=[1, 2, 4, 8, 16, 32, 64])
-    steps.add_argument("--ks", type=integers, default=[0, 1, 2, 4, 8])
+    steps.add_argument("--batches", type=positive_integers, default=[1, 2, 4, 8, 16, 32, 64])
+    steps.add_argument("--ks", type=draft_lengths, default=[0, 1, 2, 4, 8])
     steps.add_argument("--context", type=int, default=128)
     steps.add_argument("--steps", type=int, default=8)
     cache = kinds.add_parser("cache", help="our slot KV cache against transformers' DynamicCache")
     cache.add_argument("--batch", type=int, default=16)
-    cache.add_argument("--contexts", type=integers, default=[128, 1024])
+    cache.add_argument("--contexts", type=positive_integers, default=[128, 1024])
     cache.add_argument("--steps", type=int, default=10)
     accept = kinds.add_parser("acceptance", help="greedy acceptance at K=1 on held-out text")
     accept.add_argument("--prompts", type=int, default=32)

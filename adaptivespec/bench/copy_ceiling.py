@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from adaptivespec.bench.arguments import integers
+from adaptivespec.bench.arguments import positive_integers
 from adaptivespec.bench.drafters import (
     add_requests_and_drafters,
     batch_one_config,
@@ -103,7 +103,9 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "over the target's greedy outputs",
     )
     add_requests_and_drafters(bench, MODEL_FREE, max_tokens=128)
-    bench.add_argument("--k", type=integers, default="4,8,16", help="draft tokens per step, comma-separated")
+    bench.add_argument(
+        "--k", type=positive_integers, default="4,8,16", help="draft tokens per step, comma-separated"
+    )
 
 
 def run(args: argparse.Namespace) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from adaptivespec.bench.arguments import integers
+from adaptivespec.bench.arguments import positive_integers
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.sibling_runners import MODEL_FREE, model_free_proposer, sibling
 from adaptivespec.bench.traffic_mixes import MIXES, prompts
@@ -69,7 +69,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_requests_and_drafters(bench, CONTENDERS, max_tokens=192)
     bench.add_argument(
         "--k",
-        type=integers,
+        type=positive_integers,
         default="8",
         help="draft tokens per step; several, comma-separated, run each drafter at each",
     )

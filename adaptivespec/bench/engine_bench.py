@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from adaptivespec.bench.arguments import integers
+from adaptivespec.bench.arguments import positive_integers
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.steps import compare_with_dynamic_cache, prompt_windows
 from adaptivespec.config import DEMO_MODEL, LINEAR_CHOICES, OVERLAP_CHOICES, EngineConfig, ModelConfig
@@ -95,7 +95,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument("--target", default=DEMO_MODEL)
     bench.add_argument("--draft", default=DEMO_MODEL)
     bench.add_argument("--new-tokens", type=int, default=128)
-    bench.add_argument("--batches", type=integers, default="8,32,64")
+    bench.add_argument("--batches", type=positive_integers, default="8,32,64")
     bench.add_argument("--rounds", type=int, default=3, help="ours and the baseline alternately, per case")
     bench.add_argument(
         "--overlap", choices=OVERLAP_CHOICES, default="on", help="start a step while the last one streams"

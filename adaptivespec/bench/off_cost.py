@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from adaptivespec.bench.arguments import integers
+from adaptivespec.bench.arguments import positive_integers
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.sibling_runners import model_free_proposer, sibling
 from adaptivespec.bench.steps import prefill_rows, prompt_windows
@@ -38,7 +38,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--draft", default=None, help="the draft model of the `draft` drafter ('demo' with --target demo)"
     )
     bench.add_argument("--drafters", default="ngram,suffix", help=f"comma-separated, of {DRAFTERS}")
-    bench.add_argument("--batches", type=integers, default=[1, 8])
+    bench.add_argument("--batches", type=positive_integers, default=[1, 8])
     bench.add_argument("--context", type=int, default=256)
     bench.add_argument("--steps", type=int, default=400, help="step pairs per drafter and batch")
     bench.add_argument("--seed", type=int, default=0, help="the bootstrap's")

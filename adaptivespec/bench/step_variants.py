@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from adaptivespec.bench.arguments import integers
+from adaptivespec.bench.arguments import draft_lengths, positive_integers
 from adaptivespec.bench.steps import prefill_rows, prompt_windows
 from adaptivespec.config import DEFAULT_MODEL, DEVICES, DTYPES, EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
@@ -143,8 +143,8 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--draft", default=None, help="a draft model; without one, n-gram prompt lookup")
     parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--dtype", choices=DTYPES, default="auto")
-    parser.add_argument("--batches", type=integers, default=[1, 8, 32])
-    parser.add_argument("--ks", type=integers, default=[0, 4])
+    parser.add_argument("--batches", type=positive_integers, default=[1, 8, 32])
+    parser.add_argument("--ks", type=draft_lengths, default=[0, 4])
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--steps", type=int, default=8, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per variant, alternating")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptivespec.bench import prefill_stall
-from adaptivespec.bench.arguments import numbers
+from adaptivespec.bench.arguments import numbers, positive_integer
 from adaptivespec.bench.background_load import BackgroundLoad
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.openvino_peer import OpenVINO
@@ -68,7 +68,7 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--engines", default=None, help=f"any of {','.join(ENGINES)} (default: all it can run)"
     )
     bench.add_argument(
-        "--k", type=int, default=2, help="K of ours-fixed and of openvino-spec's prompt lookup"
+        "--k", type=positive_integer, default=2, help="K of ours-fixed and of openvino-spec's prompt lookup"
     )
     bench.add_argument(
         "--openvino-python", type=Path, default=None, help="the Python of an environment with openvino-genai"
