@@ -33,6 +33,11 @@ PRIOR_ROWS = 20.0  # pseudo-rows behind each prior rate: a few unlucky rows at b
 # is a guess, not evidence, and a drafter never measured may keep anything (a later position is
 # hoped for as its prior, the continuation rate, may yet be: see `_expected_by_k`).
 HOPE_Z = 1.0
+# The same for a drafter also scored in the shadow of the one that runs (shadow_drafts.py): it
+# is learned whether or not it runs, so the hope need not pay for its rows, only stand for
+# what a few rows leave unsure. A wider hope spent a short horizon's steps on its arms, one K
+# after another (docs/decisions.md, 2026-12-06, first entry).
+SHADOWED_HOPE_Z = 0.5
 # After a detected change in the first draft's acceptance, a curve keeps at most this many
 # rows' worth of what it measured before: the new rows then outweigh the old at once.
 ROWS_AFTER_DRIFT = PRIOR_ROWS
@@ -41,6 +46,13 @@ ROWS_AFTER_DRIFT = PRIOR_ROWS
 def _error(rate: float, rows: float) -> float:
     """A rate's standard error over `rows` measured rows (one more, so that none is not zero)."""
     return (rate * (1 - rate) / (rows + 1)) ** 0.5
+
+
+def _hope(rate: float, rows: float, z: float) -> float:
+    """A rate `z` standard errors up; a rate no row has measured may be anything (z > 0)."""
+    if z > 0 and rows <= 0:
+        return 1.0
+    return min(1.0, rate + z * _error(rate, rows))
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -81,9 +93,16 @@ class AcceptanceEstimator:
         # draft (a share that does not depend on K, so exploring K is no change).
         self._changes = [drift.ADWIN() for _ in range(contexts)]
         self.drifts = 0  # changes detected, over every context bucket
+        self.shadowed = False  # scored in the shadow of another drafter's steps at least once
 
-    def observe(self, ctx: int, k: int, rows: int, kept_at_least: tuple[int, ...]) -> None:
-        """One step that chose K for `rows` rows; `kept_at_least[j - 1]` rows kept >= j drafts."""
+    def observe(
+        self, ctx: int, k: int, rows: int, kept_at_least: tuple[int, ...], shadow: bool = False
+    ) -> None:
+        """One step that chose K for `rows` rows; `kept_at_least[j - 1]` rows kept >= j drafts.
+        `shadow`: the drafts were scored without running (another drafter's step ran)."""
+        if shadow and not self.shadowed:
+            self.shadowed = True
+            self._hoped = [None] * len(self._hoped)
         previous = float(rows)
         curve = self._curve[ctx]
         if k > 0 and rows > 0:
@@ -110,10 +129,12 @@ class AcceptanceEstimator:
 
     def hoped_tokens(self, ctx: int, k: int) -> float:
         """Tokens a row may emit per step at K, each position's rate `HOPE_Z` standard errors
-        above its estimate: an upper bound that narrows as rows are measured."""
+        above its estimate (`SHADOWED_HOPE_Z` once shadow-scored): an upper bound that narrows
+        as rows are measured."""
         tokens = self._hoped[ctx]
         if tokens is None:
-            tokens = self._hoped[ctx] = self._expected_by_k(ctx, HOPE_Z)
+            z = SHADOWED_HOPE_Z if self.shadowed else HOPE_Z
+            tokens = self._hoped[ctx] = self._expected_by_k(ctx, z)
         return tokens[min(max(k, 0), self.positions)]
 
     def _expected_by_k(self, ctx: int, z: float) -> list[float]:
@@ -125,12 +146,12 @@ class AcceptanceEstimator:
         # position few rows reach is not hoped to keep nearly everything once the later
         # positions together have been measured, and a curve measured on few rows keeps its hope.
         continuation = rates.continuation
-        hoped_continuation = min(1.0, continuation + z * _error(continuation, continued))
+        hoped_continuation = _hope(continuation, continued, z)
         expected, survival = [1.0], 1.0
         for j, (kept, at_risk) in enumerate(counts, start=1):
             if j == 1:
                 rate = (kept + PRIOR_ROWS * rates.first) / (at_risk + PRIOR_ROWS)
-                hoped = rate + z * _error(rate, at_risk)
+                hoped = _hope(rate, at_risk, z)
             else:
                 rate = (kept + PRIOR_ROWS * continuation) / (at_risk + PRIOR_ROWS)
                 tied = (kept + PRIOR_ROWS * hoped_continuation) / (at_risk + PRIOR_ROWS)

@@ -98,7 +98,7 @@ class Controller:
         for shadow in record.shadow:  # what the drafters that did not run would have kept
             other = self.acceptance.get(shadow.method)
             if other is not None:
-                other.observe(key[0], shadow.k, shadow.rows, shadow.kept_at_least)
+                other.observe(key[0], shadow.k, shadow.rows, shadow.kept_at_least, shadow=True)
                 self.shadow_rows += shadow.rows
         cell = self.cells.cell(key, self.start_arm)
         if ran in cell.arms:  # credited to the arm chosen, whatever the drafter found

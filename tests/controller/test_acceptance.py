@@ -129,3 +129,18 @@ def test_a_position_no_row_reached_is_hoped_for_as_the_continuation_may_yet_be()
     assert measured.hoped_tokens(0, 8) - measured.hoped_tokens(0, 3) <= 0.7
     assert measured.hoped_tokens(0, 8) > measured.expected_tokens(0, 8)  # still a hope
     assert AcceptanceEstimator(1).hoped_tokens(0, 8) == pytest.approx(9.0)
+
+
+def test_a_drafter_scored_in_the_shadow_hopes_less_widely_than_one_learned_only_by_running() -> None:
+    """The same 20 rows, once as a drafter's own steps and once as shadow scores: the shadowed
+    curve's hope is narrower (it is learned whether or not it runs), still above its estimate,
+    and a context bucket it has no rows in still hopes for every draft kept."""
+    ran, shadowed = AcceptanceEstimator(2), AcceptanceEstimator(2)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        counts = survival_counts(_kept(rng, 4, 4, 0.6, 0.6), 4)
+        ran.observe(0, 4, 4, counts)
+        shadowed.observe(0, 4, 4, counts, shadow=True)
+    assert ran.expected_tokens(0, 4) == shadowed.expected_tokens(0, 4)  # the same evidence
+    assert shadowed.expected_tokens(0, 4) < shadowed.hoped_tokens(0, 4) < ran.hoped_tokens(0, 4)
+    assert shadowed.hoped_tokens(1, 8) == pytest.approx(9.0)
