@@ -49,9 +49,7 @@ def _error(rate: float, rows: float) -> float:
 
 
 def _hope(rate: float, rows: float, z: float) -> float:
-    """A rate `z` standard errors up; a rate no row has measured may be anything (z > 0)."""
-    if z > 0 and rows <= 0:
-        return 1.0
+    """A rate `z` standard errors up (at most 1)."""
     return min(1.0, rate + z * _error(rate, rows))
 
 

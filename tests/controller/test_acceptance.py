@@ -133,8 +133,8 @@ def test_a_position_no_row_reached_is_hoped_for_as_the_continuation_may_yet_be()
 
 def test_a_drafter_scored_in_the_shadow_hopes_less_widely_than_one_learned_only_by_running() -> None:
     """The same 20 rows, once as a drafter's own steps and once as shadow scores: the shadowed
-    curve's hope is narrower (it is learned whether or not it runs), still above its estimate,
-    and a context bucket it has no rows in still hopes for every draft kept."""
+    curve's hope is narrower (it is learned whether or not it runs), and still above its
+    estimate, also in a context bucket it has no rows in."""
     ran, shadowed = AcceptanceEstimator(2), AcceptanceEstimator(2)
     rng = np.random.default_rng(3)
     for _ in range(5):
@@ -143,4 +143,4 @@ def test_a_drafter_scored_in_the_shadow_hopes_less_widely_than_one_learned_only_
         shadowed.observe(0, 4, 4, counts, shadow=True)
     assert ran.expected_tokens(0, 4) == shadowed.expected_tokens(0, 4)  # the same evidence
     assert shadowed.expected_tokens(0, 4) < shadowed.hoped_tokens(0, 4) < ran.hoped_tokens(0, 4)
-    assert shadowed.hoped_tokens(1, 8) == pytest.approx(9.0)
+    assert shadowed.expected_tokens(1, 8) < shadowed.hoped_tokens(1, 8) < ran.hoped_tokens(1, 8)
