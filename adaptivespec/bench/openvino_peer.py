@@ -30,9 +30,11 @@ class OpenVINO:
     kv_precision: str = "f32"
 
     @staticmethod
-    def check(python: Path) -> None:
+    def check(python: Path | None) -> None:
         """Refuses an environment that cannot run the peer, before any model loads."""
         setup = "the README's `bench workload` part shows how to set that environment up"
+        if python is None:
+            raise SystemExit(f"the openvino engines need --openvino-python: {setup}")
         if not python.is_file():
             raise SystemExit(f"--openvino-python {python} does not exist; {setup}")
         probe = [str(python), "-c", "import openvino_genai, optimum.intel"]

@@ -150,11 +150,6 @@ def plan_of(args: argparse.Namespace) -> Plan:
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
         raise SystemExit(f"unknown engines {unknown}; choose from {', '.join(ENGINES)}")
-    if not args.openvino_python and any(e.startswith("openvino") for e in engines):
-        raise SystemExit(
-            "the openvino engines need --openvino-python: the README's `bench workload` part "
-            "shows how to set that environment up"
-        )
     if args.quick and not args.engines:  # engines asked for by name are run, --quick or not
         engines = [e for e in engines if e not in PEERS]
     if any(e.startswith("openvino") for e in engines):

@@ -240,8 +240,8 @@ def choice(
     if not streaming:
         message = {"role": "assistant", "content": text}
         return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
-    delta: dict[str, str] = {"role": "assistant", "content": text} if first else {}
-    if text:
+    delta = {"role": "assistant"} if first else {}
+    if text or first:
         delta["content"] = text
     return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
 
