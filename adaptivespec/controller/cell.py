@@ -6,7 +6,8 @@ measured is its `CellEvidence`; this module is the rule that acts on it.
 Exploration is an upper-confidence rule of our own, over bounds that hold on a shared machine:
 - An arm's price is its *expected* goodput (arm_prices.py): tokens per row at that arm, its
   drafter's acceptance pooled over every batch size and every K, over the arm's robust step
-  time (the lower quartile of its recent steps, `RobustStat`). A step's own tokens
+  time (the lower quartile of its recent steps, `RobustStat`, each first moved to the width
+  the arm typically verifies: verify_widths.py). A step's own tokens
   (acceptance noise) and seconds (another process's stall) move it little. There is no per-arm
   correction of the tokens: each arm runs while other requests are in the batch, and one
   learned apart per arm carried which requests those were into the comparison

@@ -106,9 +106,13 @@ class Controller:
             # The arm's own cost, without switching's: that one is the switch's (observe_switch).
             seconds = record.step_seconds - record.catch_up_seconds
             typical = cell.evidence.typical_seconds(ran)
+            # From here on, the step's seconds at its arm's typical width: a drafter that found
+            # few drafts verified fewer, which is neither the arm's cost nor a stall.
+            seconds = cell.evidence.observe(
+                ran, tokens_per_row, seconds, record.verify_seconds, width=record.width
+            )
             if typical is not None:
                 self.stalls.observe(seconds, typical)
-            cell.evidence.observe(ran, tokens_per_row, seconds, record.verify_seconds)
             if record.catch_up_tokens:
                 cell.evidence.observe_switch(ran.method, record.catch_up_seconds)
             self.cells.changed(key)

@@ -14,6 +14,7 @@ from adaptivespec.controller.robust_stat import MIN_ROBUST, RobustStat
 from adaptivespec.controller.stall_tail import PRIOR_TAIL
 from adaptivespec.controller.state import ArmState
 from adaptivespec.controller.stats import EWStat, Summary
+from adaptivespec.controller.verify_widths import ArmWidths, VerifyWidths
 
 
 @dataclass(slots=True)
@@ -25,6 +26,8 @@ class CellEvidence:
     fleet: dict[Arm, EWStat] = field(default_factory=dict)  # step seconds other hosts measured
     fleet_hosts: int = 0  # other hosts behind `fleet`
     switch: dict[str, RobustStat] = field(default_factory=dict)  # per drafter: catch-up seconds a switch
+    widths: dict[Arm, ArmWidths] = field(default_factory=dict)  # recent steps' widths, per arm
+    verify_widths: VerifyWidths = field(default_factory=VerifyWidths)  # the verify's seconds by width
     scale: float = 0.0  # tokens/row/s of the first measurement: makes rewards ~1
     samples: int = 0  # steps measured here
     _times: dict[Arm, Summary] | None = None  # `seconds` and `fleet` merged, until either changes
@@ -54,18 +57,37 @@ class CellEvidence:
             self._times = {k: _merged(self.seconds.get(k), self.fleet.get(k), window) for k in arms}
         return self._times
 
-    def observe(self, k: Arm, tokens_per_row: float, step_seconds: float, verify_seconds: float) -> None:
+    def observe(
+        self,
+        k: Arm,
+        tokens_per_row: float,
+        step_seconds: float,
+        verify_seconds: float,
+        *,
+        width: int | None = None,
+    ) -> float:
         """One step at arm `k`; `step_seconds` without any switch's catch-up (`observe_switch`),
-        `verify_seconds` the part of it after the draft."""
+        `verify_seconds` the part of it after the draft, `width` the drafts it verified a row
+        (None: K; fewer when its drafter found fewer). Returns the step's seconds at the arm's
+        typical width (verify_widths.py): what the arm's step time learns, and what the step
+        is to be compared by."""
+        width = k.k if width is None else width
+        self.verify_widths.observe(width, min(verify_seconds, step_seconds))
+        steps = self.widths.setdefault(k, ArmWidths(EWStat(self.settings.fading)))
+        steps.add(step_seconds, width)
         if self.scale <= 0.0:
             self.scale = tokens_per_row / step_seconds
         self.rewards.setdefault(k, EWStat(self.settings.fading)).update(
             tokens_per_row / step_seconds / self.scale
         )
-        self.seconds.setdefault(k, RobustStat()).update(step_seconds)
+        stat = self.seconds.setdefault(k, RobustStat())
+        stat.update(step_seconds)
+        if steps.varied:
+            stat.reread(steps.priced(self.verify_widths))
         self.verify.setdefault(k, RobustStat()).update(min(verify_seconds, step_seconds))
         self._times = None
         self.samples += 1
+        return step_seconds * self.verify_widths.scale(width, steps.typical.mean)
 
     def observe_switch(self, method: str, seconds: float) -> None:
         """`method`'s drafter, which had sat out steps, caught up at this step in `seconds`."""

@@ -22,6 +22,7 @@ the cells read either alike; a restored stat starts from them until its window h
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 WINDOW = 24  # steps: about what an exponential mean with fading 0.1 remembers (19)
@@ -51,6 +52,15 @@ class RobustStat:
         self._recent.append(x)
         if len(self._recent) > self.window:
             self._recent.popleft()
+        self._locate()
+
+    def reread(self, recent: Sequence[float]) -> None:
+        """The window's samples read again, oldest first (the same steps, each priced anew);
+        the count is unchanged."""
+        self._recent = deque(recent[-self.window :])
+        self._locate()
+
+    def _locate(self) -> None:
         if self._restored and len(self._recent) < MIN_ROBUST:
             return  # a few new steps do not outweigh what was restored
         self._restored = False

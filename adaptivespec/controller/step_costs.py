@@ -14,10 +14,12 @@ that a drafting step costs at least a plain one: a drafter with nothing measured
 is bounded by OFF's bound, so it can be priced (and tried) before OFF itself is measured.
 Bounded exploration then rarely skips an arm that could win, and stops trying costly ones.
 
-Every drafter's step verifies K + 1 tokens a row (a row that found fewer drafts is padded), so
-the verify's seconds at K are the same kernel whichever drafter drafted: what one drafter's
-step at K spent verifying bounds every other drafter's step at K from below, and, along K by
-the same shape, its steps at other K (`verify`). Only the draft is a drafter's own.
+Every drafter's step at K verifies one kernel whichever drafter drafted, K + 1 tokens a row (a
+row that found fewer drafts is padded): what one drafter's step at K spent verifying bounds
+every other drafter's step at K from below, and, along K by the same shape, its steps at other
+K (`verify`). Only the draft is a drafter's own. (When no row found K the verify is narrower,
+verify_widths.py; a drafter that often finds less than another can then step below this
+bound, which is taken as it is.)
 """
 
 from __future__ import annotations

@@ -28,9 +28,20 @@ class Machine:
     # The verify's share of the rise (the rest is the draft's): None, all of it (a drafter whose
     # drafts cost nothing, as prompt lookup's nearly do).
     verify_slope: float | None = None
+    # A drafter that drafts what it finds (prompt lookup, suffix decoding): (drafts found, their
+    # probability) per row and step, a row drafting min(K, found); () finds K every time.
+    found: tuple[tuple[int, float], ...] = ()
+
+    def cost(self, width: int) -> float:
+        """Seconds of a step that verifies `width` drafts a row (0: a plain step)."""
+        return self.base * (1 + self.slope * width)
 
     def seconds(self, k: int) -> float:
-        return self.base * (1 + self.slope * k)
+        """Expected seconds of a step at K, at batch 1."""
+        return sum(p * self.cost(min(k, n)) for n, p in self._found(k))
+
+    def _found(self, k: int) -> tuple[tuple[int, float], ...]:
+        return self.found or ((k, 1.0),)
 
     def draft_seconds(self, k: int) -> float:
         """The part of a step at K its drafter spends drafting (the rest verifies K + 1 tokens)."""
@@ -39,7 +50,14 @@ class Machine:
 
     def tokens(self, k: int) -> float:
         """Expected tokens a row emits per step at K."""
-        return sum(self.alpha**j for j in range(k + 1))
+        return sum(p * sum(self.alpha**j for j in range(min(k, n) + 1)) for n, p in self._found(k))
+
+    def lengths(self, k: int, rows: int, rng: np.random.Generator) -> list[int]:
+        """How many drafts each row drafts at K."""
+        if not self.found:
+            return [k] * rows
+        counts, weights = zip(*self.found, strict=True)
+        return [min(k, int(n)) for n in rng.choice(counts, size=rows, p=weights)]
 
     def goodput(self, k: int) -> float:
         return self.tokens(k) / self.seconds(k)
@@ -80,11 +98,14 @@ class Run:
         k = policy.k_for(self.batch, 300)
         method = (policy.method_for(self.batch, 300) or "draft") if k else ""
         m = self.drafters[method or "draft"]
-        accepted = [0] * self.batch
+        accepted, lengths = [0] * self.batch, [0] * self.batch
         if k:
             kept = rng.random((self.batch, k)) < m.alpha
+            lengths = m.lengths(k, self.batch, rng)
+            kept &= np.arange(k) < np.array(lengths)[:, None]
             accepted = np.cumprod(kept, axis=1).sum(axis=1).tolist()
-        seconds = m.seconds(k)
+        width = max(lengths)
+        seconds = m.cost(width)
         if rng.random() < self.machine.stall_share:
             seconds *= rng.uniform(*self.machine.stall)
         missed = self.missed.get(method, 0) if k else 0  # steps since this drafter last drafted
@@ -99,10 +120,10 @@ class Run:
         self.seconds += seconds + catch_up
         self.ks.append(k)
         return StepTelemetry(
-            "m", "h", self.batch, k, 300.0, k * self.batch, sum(accepted), emitted,
-            catch_up + m.draft_seconds(k) if k else 0.0, seconds - m.draft_seconds(k),
-            seconds + catch_up, 0.0, k,
-            survival_counts(accepted, k), catch_up_tokens, catch_up, method,
+            "m", "h", self.batch, k, 300.0, sum(lengths), sum(accepted), emitted,
+            catch_up + m.draft_seconds(width) if k else 0.0, seconds - m.draft_seconds(width),
+            seconds + catch_up, 0.0, width,
+            survival_counts(accepted, width), catch_up_tokens, catch_up, method,
             self._shadow(method) if k and self.shadows else (),
         )  # fmt: skip
 
