@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import ExitStack, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ from adaptivespec.bench import hf_control, learners
 from adaptivespec.bench.background_load import BackgroundLoad
 from adaptivespec.bench.control_report import learning, print_table, sample_efficiency
 from adaptivespec.bench.hf_loop import HFLoop
-from adaptivespec.bench.interleaved import measure
-from adaptivespec.bench.lineup import lineup
+from adaptivespec.bench.interleaved import Measurement, measure
+from adaptivespec.bench.lineup import Lineup, lineup
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.machine_level import levelled
 from adaptivespec.bench.oracle import (
@@ -86,6 +87,13 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     control.add_argument("--json", type=Path, required=True)
     control.add_argument("--plot", type=Path, default=None)
+    control.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="one JSON line per step of the adaptive policy (the arm it ran, the drafts it "
+        "verified a row, its seconds and tokens, and its cell's decision after it)",
+    )
 
 
 def _model(value: str) -> specs.ModelSpec:
@@ -177,14 +185,10 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
 def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
     loop, scenario, title = _hf(args)
     store = Store(args.db) if args.db else None
-    field = lineup(loop.model_key, loop.hardware_key, store, loop.runner.methods)
-    total = len(field.contenders) * sum(p.steps for p in loop.load)
-    with (
-        BackgroundLoad(args.background_load),
-        tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar,
-    ):
-        scenario["settle_steps"] = loop.settle()
-        measurement = measure(loop, field.contenders, scenario["repeats"], bar.update)
+    with ExitStack() as stack:
+        trace = stack.enter_context(args.trace.open("w")) if args.trace is not None else None
+        field = lineup(loop.model_key, loop.hardware_key, store, loop.runner.methods, trace)
+        measurement = _measured(args, loop, field, scenario)
     if store is not None:
         learners.flush(field.controller, store)
         store.close()
@@ -204,6 +208,17 @@ def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def _measured(args: argparse.Namespace, loop: HFLoop, field: Lineup, scenario: dict[str, Any]) -> Measurement:
+    """Every contender interleaved, beside the background load asked for, after the settle."""
+    total = len(field.contenders) * sum(p.steps for p in loop.load)
+    with (
+        BackgroundLoad(args.background_load),
+        tqdm(total=total, desc="bench control (interleaved)", unit="step", file=sys.stderr) as bar,
+    ):
+        scenario["settle_steps"] = loop.settle()
+        return measure(loop, field.contenders, scenario["repeats"], bar.update)
+
+
 def _as_measured(report: dict[str, Any]) -> dict[str, Any]:
     """The verdicts on the seconds as measured, beside the levelled ones."""
     return {
@@ -221,14 +236,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     store = Store(args.db) if args.db else None
     warm = store is not None and store.load(loop.model_key, loop.hardware_key) is not None
     controllers: list[Controller] = []
+    trace = args.trace.open("w") if args.trace is not None else None
 
     def make_adaptive() -> Learner:
-        controller, learner = learners.adaptive(loop.model_key, loop.hardware_key, store)
+        controller, learner = learners.adaptive(loop.model_key, loop.hardware_key, store, trace=trace)
         controllers.append(controller)
         return learner
 
     runs = len(ORACLE_ARMS) + len(policies) + 2
-    with tqdm(total=runs * workload.total_steps, desc="bench control", unit="step", file=sys.stderr) as bar:
+    with (
+        trace if trace is not None else nullcontext(),
+        tqdm(total=runs * workload.total_steps, desc="bench control", unit="step", file=sys.stderr) as bar,
+    ):
         oracle, reports, raw = run_control(
             loop,
             policies,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TextIO
 
 from adaptivespec.bench.oracle import Learner
 from adaptivespec.bench.river_ucb import RiverBandit
+from adaptivespec.bench.step_trace import StepTrace
 from adaptivespec.controller.buckets import batch_bucket
 from adaptivespec.controller.controller import SIM_METHODS, Controller
 from adaptivespec.engine.telemetry import StepTelemetry
@@ -15,20 +17,27 @@ FLUSH_EVERY_STEPS = 2000
 
 
 def adaptive(
-    model_key: str, hardware_key: str, store: Store | None, methods: tuple[str, ...] = SIM_METHODS
+    model_key: str,
+    hardware_key: str,
+    store: Store | None,
+    methods: tuple[str, ...] = SIM_METHODS,
+    trace: TextIO | None = None,
 ) -> tuple[Controller, Learner]:
     """Our controller over `methods`' arms; with a store it resumes what it learned and saves
-    as it goes."""
+    as it goes; with a `trace`, each step it learned from is written there (step_trace.py)."""
     controller = Controller(model_key, hardware_key, methods=methods)
     if store is not None:
         saved = store.load(model_key, hardware_key)
         if saved is not None:
             controller.restore(saved)
+    traced = StepTrace(trace, controller) if trace is not None else None
     steps = 0
 
     def on_step(record: StepTelemetry) -> None:
         nonlocal steps
         controller.ingest(record)
+        if traced is not None:
+            traced(record)
         steps += 1
         if store is not None and steps % FLUSH_EVERY_STEPS == 0:
             flush(controller, store)

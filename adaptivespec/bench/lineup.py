@@ -11,6 +11,7 @@ what choosing the drafter must beat.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TextIO
 
 from adaptivespec.bench import learners
 from adaptivespec.bench.interleaved import Contender
@@ -34,7 +35,14 @@ class Lineup:
         return [name for name in self.learners if name.startswith("adaptive-")]
 
 
-def lineup(model_key: str, hardware_key: str, store: Store | None, methods: tuple[str, ...]) -> Lineup:
+def lineup(
+    model_key: str,
+    hardware_key: str,
+    store: Store | None,
+    methods: tuple[str, ...],
+    trace: TextIO | None = None,
+) -> Lineup:
+    """`trace`: where the adaptive contender writes each step it learned from (step_trace.py)."""
     first = methods[0] if methods else ""
     sweep = {_name(a, len(methods)): a for a in arm_space(methods, ORACLE_ARMS)}
     fixed = [
@@ -42,7 +50,7 @@ def lineup(model_key: str, hardware_key: str, store: Store | None, methods: tupl
         for name, a in sweep.items()
     ]
     static = [Contender(name, policy) for name, policy in baseline_policies().items()]
-    controller, adaptive = learners.adaptive(model_key, hardware_key, store, methods)
+    controller, adaptive = learners.adaptive(model_key, hardware_key, store, methods, trace)
     plain = learners.plain_ucb(ORACLE_ARMS)()
     learning = [
         Contender("adaptive", adaptive.policy, adaptive.on_step, fixed=False),

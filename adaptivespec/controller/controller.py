@@ -131,6 +131,12 @@ class Controller:
             self.publisher.cell(key, running)
         return True
 
+    def decision(self, batch_size: int, context_len: int) -> Arm | None:
+        """The decision of the cell a step of this batch and context counts in (None: a cell
+        not yet visited)."""
+        key = (context_bucket(context_len), batch_bucket(batch_size))
+        return self.cells[key].decided if key in self.cells else None
+
     def drafter(self, named: str) -> str:
         """The drafter a record names; an unnamed one (a runner with one drafter, or a row saved
         before drafters were named) is the first."""

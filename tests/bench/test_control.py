@@ -22,9 +22,13 @@ def test_bench_control_report_shape(tmp_path: Path, capsys: pytest.CaptureFixtur
     out, plot = tmp_path / "c.json", tmp_path / "c.png"
     args = ["bench", "control", "--backend", "sim", "--hardware", "l4", "--target", "llama-3.1-8b"]
     args += ["--draft", "llama-3.2-1b", "--acceptance", "0.6", "--steps-per-bucket", "60", "--seed", "3"]
-    assert main([*args, "--json", str(out), "--plot", str(plot)]) == 0
+    trace = tmp_path / "trace.jsonl"
+    assert main([*args, "--json", str(out), "--plot", str(plot), "--trace", str(trace)]) == 0
     report = json.loads(out.read_text())
     assert report["buckets"][0] == "1" and report["buckets"][-1] == "193-256"
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(lines) == 60 * len(report["buckets"])  # the adaptive policy's steps, one line each
+    assert {line["batch"] for line in lines} >= {1, 256}
     oracle = report["oracle"]
     assert set(oracle["k_by_bucket"]) == set(report["buckets"])
     assert oracle["threshold"] is None or isinstance(oracle["threshold"], int)
@@ -91,9 +95,21 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     out = tmp_path / "hf.json"
     args = ["bench", "control", "--backend", "hf", "--quick", "--target", str(tiny_pair.target)]
     args += ["--draft", str(tiny_pair.draft), "--steps-per-bucket", "6", "--repeats", "2"]
+    trace = tmp_path / "trace.jsonl"
+    args += ["--trace", str(trace)]
     assert main([*args, "--new-tokens", "8", "--background-load", "1", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["scenario"]["backend"] == "hf" and report["scenario"]["steps_per_bucket"] == 6
+    # the trace: one line per step the adaptive policy learned from, in order
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    counts = report["policies"]["adaptive"]["k_counts_by_bucket"]
+    assert len(lines) == sum(sum(ks.values()) for ks in counts.values())
+    assert [line["step"] for line in lines] == list(range(1, len(lines) + 1))
+    for line in lines:
+        assert line["ran"] == "off" or line["ran"].startswith("draft:")
+        assert 0 <= line["width"] <= int(line["ran"].partition(":")[2] or 0)
+        assert line["step_ms"] > 0 and line["emitted"] >= line["batch"] >= 1
+        assert line["decided"] != "None" and line["next"]
     assert report["scenario"]["background_load"] == 1
     # threads left to the engine: what it ran on, beside how busy the other processes kept the CPUs
     assert 1 <= report["scenario"]["threads_at_end"] <= report["scenario"]["usable_cpus"]

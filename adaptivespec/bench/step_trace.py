@@ -1,0 +1,42 @@
+"""`bench control --trace FILE`: one JSON line per step of the adaptive policy, to read what its
+controller saw and did without wrapping it: the arm each step ran, the drafts it verified a row
+(fewer than K when its drafter found fewer), its seconds and tokens, and its cell's decision and
+next arm once the step was learned from."""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from adaptivespec.controller.arms import arm
+from adaptivespec.controller.controller import Controller
+from adaptivespec.engine.telemetry import StepTelemetry
+
+
+class StepTrace:
+    def __init__(self, out: TextIO, controller: Controller) -> None:
+        self.out = out
+        self.controller = controller
+        self.steps = 0
+
+    def __call__(self, record: StepTelemetry) -> None:
+        """Writes the line of a step the controller has just ingested."""
+        self.steps += 1
+        context = int(record.mean_context_len)
+        controller = self.controller
+        live = controller.live
+        next_k = live.k_for(record.batch_size, context)
+        line = {
+            "step": self.steps,
+            "batch": record.batch_size,
+            "context": context,
+            "ran": str(arm(controller.drafter(record.method), record.k)),
+            "width": record.width,
+            "step_ms": round(record.step_seconds * 1e3, 3),
+            "verify_ms": round(record.verify_seconds * 1e3, 3),
+            "catch_up_ms": round(record.catch_up_seconds * 1e3, 3),
+            "emitted": record.emitted,
+            "decided": str(controller.decision(record.batch_size, context)),
+            "next": str(arm(live.method_for(record.batch_size, context) or controller.drafter(""), next_k)),
+        }
+        self.out.write(json.dumps(line) + "\n")
