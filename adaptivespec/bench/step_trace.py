@@ -26,6 +26,7 @@ class StepTrace:
         controller = self.controller
         live = controller.live
         next_k = live.k_for(record.batch_size, context)
+        decided = controller.decision(record.batch_size, context)
         line = {
             "step": self.steps,
             "batch": record.batch_size,
@@ -36,7 +37,7 @@ class StepTrace:
             "verify_ms": round(record.verify_seconds * 1e3, 3),
             "catch_up_ms": round(record.catch_up_seconds * 1e3, 3),
             "emitted": record.emitted,
-            "decided": str(controller.decision(record.batch_size, context)),
+            "decided": None if decided is None else str(decided),
             "next": str(arm(live.method_for(record.batch_size, context) or controller.drafter(""), next_k)),
         }
         self.out.write(json.dumps(line) + "\n")
