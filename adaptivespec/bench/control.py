@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import ExitStack, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
@@ -185,8 +186,7 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
 def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
     loop, scenario, title = _hf(args)
     store = Store(args.db) if args.db else None
-    with ExitStack() as stack:
-        trace = stack.enter_context(args.trace.open("w")) if args.trace is not None else None
+    with _trace(args) as trace:
         field = lineup(loop.model_key, loop.hardware_key, store, loop.runner.methods, trace)
         measurement = _measured(args, loop, field, scenario)
     if store is not None:
@@ -206,6 +206,11 @@ def _run_hf(args: argparse.Namespace) -> dict[str, Any]:
         series = {name: r["goodput_by_bucket"] for name, r in report["policies"].items()}
         goodput_by_batch(args.plot, title, series, sizes)
     return report
+
+
+def _trace(args: argparse.Namespace) -> AbstractContextManager[TextIO | None]:
+    """The file `--trace` names, open for the adaptive policy's steps (None without one)."""
+    return args.trace.open("w") if args.trace is not None else nullcontext()
 
 
 def _measured(args: argparse.Namespace, loop: HFLoop, field: Lineup, scenario: dict[str, Any]) -> Measurement:
@@ -236,23 +241,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     store = Store(args.db) if args.db else None
     warm = store is not None and store.load(loop.model_key, loop.hardware_key) is not None
     controllers: list[Controller] = []
-    trace = args.trace.open("w") if args.trace is not None else None
 
-    def make_adaptive() -> Learner:
+    def make_adaptive(trace: TextIO | None) -> Learner:
         controller, learner = learners.adaptive(loop.model_key, loop.hardware_key, store, trace=trace)
         controllers.append(controller)
         return learner
 
     runs = len(ORACLE_ARMS) + len(policies) + 2
     with (
-        trace if trace is not None else nullcontext(),
+        _trace(args) as trace,
         tqdm(total=runs * workload.total_steps, desc="bench control", unit="step", file=sys.stderr) as bar,
     ):
         oracle, reports, raw = run_control(
             loop,
             policies,
             progress=bar.update,
-            learners={"adaptive": make_adaptive, "plain-ucb": learners.plain_ucb(ORACLE_ARMS)},
+            learners={
+                "adaptive": partial(make_adaptive, trace),
+                "plain-ucb": learners.plain_ucb(ORACLE_ARMS),
+            },
         )
     if store is not None:
         learners.flush(controllers[0], store)

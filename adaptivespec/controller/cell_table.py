@@ -11,12 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from adaptivespec.controller.arms import Arm
-from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS
+from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, batch_bucket, context_bucket
 from adaptivespec.controller.cell import Cell, Neighbourhood
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.step_costs import relative_cost_ceiling, relative_cost_floor
 
 CellKey = tuple[int, int]  # (context bucket, batch bucket)
+
+
+def cell_key(batch_size: int, context_len: int) -> CellKey:
+    """The cell a step of this batch size and context length counts in."""
+    return context_bucket(context_len), batch_bucket(batch_size)
 
 
 class CellTable(Mapping[CellKey, Cell]):

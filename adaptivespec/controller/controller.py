@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 
 from adaptivespec.controller.acceptance import Acceptance, AcceptanceEstimator, ArmTokens
 from adaptivespec.controller.arms import OFF, Arm, arm, arm_space
-from adaptivespec.controller.buckets import CONTEXT_BUCKETS, batch_bucket, context_bucket
+from adaptivespec.controller.buckets import CONTEXT_BUCKETS
 from adaptivespec.controller.cell import initial_arm
-from adaptivespec.controller.cell_table import CellKey, CellTable
+from adaptivespec.controller.cell_table import CellKey, CellTable, cell_key
 from adaptivespec.controller.decision_log import DecisionChange, DecisionLog
 from adaptivespec.controller.fleet import FleetTotals, FleetView, Tally, by_cell, pooled_positions
 from adaptivespec.controller.learning_settings import LearningSettings
@@ -90,7 +90,7 @@ class Controller:
         self.ingested += 1
         if self.controls.frozen:
             return True
-        key = (context_bucket(int(record.mean_context_len)), batch_bucket(record.batch_size))
+        key = cell_key(record.batch_size, int(record.mean_context_len))
         ran = arm(self.drafter(record.method), record.k) if self.methods else OFF
         estimator = self.acceptance.get(ran.method)
         if estimator is not None:
@@ -134,7 +134,7 @@ class Controller:
     def decision(self, batch_size: int, context_len: int) -> Arm | None:
         """The decision of the cell a step of this batch and context counts in (None: a cell
         not yet visited)."""
-        key = (context_bucket(context_len), batch_bucket(batch_size))
+        key = cell_key(batch_size, context_len)
         return self.cells[key].decided if key in self.cells else None
 
     def drafter(self, named: str) -> str:

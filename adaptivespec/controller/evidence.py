@@ -80,14 +80,12 @@ class CellEvidence:
         self.rewards.setdefault(k, EWStat(self.settings.fading)).update(
             tokens_per_row / step_seconds / self.scale
         )
-        stat = self.seconds.setdefault(k, RobustStat())
-        stat.update(step_seconds)
-        if steps.varied:
-            stat.reread(steps.priced(self.verify_widths))
+        priced = steps.priced(self.verify_widths) if steps.varied else None
+        self.seconds.setdefault(k, RobustStat()).update(step_seconds, priced)
         self.verify.setdefault(k, RobustStat()).update(min(verify_seconds, step_seconds))
         self._times = None
         self.samples += 1
-        return step_seconds * self.verify_widths.scale(width, steps.typical.mean)
+        return priced[-1] if priced else step_seconds
 
     def observe_switch(self, method: str, seconds: float) -> None:
         """`method`'s drafter, which had sat out steps, caught up at this step in `seconds`."""

@@ -47,20 +47,16 @@ class RobustStat:
     def restored(cls, mean: float, var: float, count: int, window: int = WINDOW) -> RobustStat:
         return cls(window, mean, var, count, _restored=count > 0)
 
-    def update(self, x: float) -> None:
+    def update(self, x: float, recent: Sequence[float] | None = None) -> None:
+        """One more sample, `x`; `recent`: the window read again with it, oldest first (the
+        same steps, each priced anew, `x`'s own figure last), instead of `x` appended."""
         self.count += 1
-        self._recent.append(x)
-        if len(self._recent) > self.window:
-            self._recent.popleft()
-        self._locate()
-
-    def reread(self, recent: Sequence[float]) -> None:
-        """The window's samples read again, oldest first (the same steps, each priced anew);
-        the count is unchanged."""
-        self._recent = deque(recent[-self.window :])
-        self._locate()
-
-    def _locate(self) -> None:
+        if recent is None:
+            self._recent.append(x)
+            if len(self._recent) > self.window:
+                self._recent.popleft()
+        else:
+            self._recent = deque(recent[-self.window :])
         if self._restored and len(self._recent) < MIN_ROBUST:
             return  # a few new steps do not outweigh what was restored
         self._restored = False

@@ -110,13 +110,13 @@ def test_a_window_too_small_for_quartiles_is_refused() -> None:
         RobustStat(window=2)
 
 
-def test_the_window_read_again_moves_the_location_and_keeps_the_count() -> None:
+def test_a_step_that_reads_the_window_again_moves_the_location_and_counts_once() -> None:
     stat = RobustStat()
     for x in (0.010, 0.011, 0.012, 0.013):
         stat.update(x)
-    stat.reread([0.020, 0.021, 0.022, 0.023])
-    assert (stat.mean, stat.count) == (0.020, 4)
+    stat.update(0.024, [0.020, 0.021, 0.022, 0.023, 0.024])
+    assert (stat.mean, stat.count) == (0.021, 5)
     restored = RobustStat.restored(0.015, 1e-6, 100)
     restored.update(0.030)
-    restored.reread([0.031])
-    assert restored.mean == 0.015  # one new step does not outweigh what was restored
+    restored.update(0.031, [0.031, 0.031])
+    assert restored.mean == 0.015  # two new steps do not outweigh what was restored
