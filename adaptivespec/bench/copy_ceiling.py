@@ -35,6 +35,7 @@ from adaptivespec.bench.machine import machine
 from adaptivespec.bench.sibling_runners import MODEL_FREE, model_free_proposer, sibling
 from adaptivespec.bench.traffic_mixes import prompts
 from adaptivespec.config import EngineConfig
+from adaptivespec.engine.copy_proposer import CopyProposer
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.proposers import NgramProposer
@@ -42,7 +43,7 @@ from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.suffix_proposer import SuffixProposer
 from adaptivespec.engine.verification import kept_prefix
 
-Copying = NgramProposer | SuffixProposer
+Copying = NgramProposer | SuffixProposer | CopyProposer
 BEST = "best"  # the contender that takes, at each step, whichever drafter's draft keeps most
 
 
@@ -168,7 +169,7 @@ def decode_requests(
 def _maker(name: str, config: EngineConfig) -> Callable[[], Copying]:
     def make() -> Copying:
         proposer = model_free_proposer(name, config)
-        if not isinstance(proposer, NgramProposer | SuffixProposer):
+        if not isinstance(proposer, NgramProposer | SuffixProposer | CopyProposer):
             raise SystemExit(f"{name} does not draft from text: choose among {MODEL_FREE}")
         return proposer
 

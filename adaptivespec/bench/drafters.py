@@ -113,8 +113,8 @@ def chosen_drafters(args: argparse.Namespace, allowed: Sequence[str]) -> list[st
     unknown = sorted(set(drafters) - set(allowed))
     if unknown or not drafters:
         raise SystemExit(f"--drafters {args.drafters!r}: name one or more of {', '.join(allowed)}")
-    if any("suffix" in d for d in drafters) and not suffix_available():
-        raise SystemExit("suffix needs arctic-inference: run ops/install-suffix.sh")
+    if any("suffix" in d or "copy" in d for d in drafters) and not suffix_available():
+        raise SystemExit("suffix and copy need arctic-inference: run ops/install-suffix.sh")
     return drafters
 
 

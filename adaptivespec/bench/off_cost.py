@@ -28,7 +28,7 @@ from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.suffix_proposer import suffix_available
 
-DRAFTERS = ("ngram", "suffix", "draft")
+DRAFTERS = ("ngram", "suffix", "copy", "draft")
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> None:
     drafters = [d for d in args.drafters.split(",") if d]
     if unknown := sorted(set(drafters) - set(DRAFTERS)):
         raise SystemExit(f"unknown drafters {unknown}: choose among {DRAFTERS}")
-    if "suffix" in drafters and not suffix_available():
-        raise SystemExit("suffix needs arctic-inference: run ops/install-suffix.sh")
+    if {"suffix", "copy"} & set(drafters) and not suffix_available():
+        raise SystemExit("suffix and copy need arctic-inference: run ops/install-suffix.sh")
     with_draft = "draft" in drafters
     if with_draft and not (args.draft or args.target == DEMO_MODEL):
         raise SystemExit("the draft drafter needs --draft (or --target demo)")

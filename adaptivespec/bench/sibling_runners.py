@@ -4,13 +4,15 @@ compare drafters side by side in one process without loading the model twice."""
 from __future__ import annotations
 
 from adaptivespec.config import EngineConfig, SuffixSettings
+from adaptivespec.engine.copy_proposer import CopyProposer
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.proposers import NgramProposer, Proposer
 from adaptivespec.engine.suffix_proposer import SuffixProposer
 from adaptivespec.engine.target_passes import TargetPasses
 
-# "suffix-local": suffix with no global tree (max_cached_requests 0), its per-request trees only.
-MODEL_FREE = ("ngram", "suffix", "suffix-local")
+# "suffix-local": suffix with no global tree (max_cached_requests 0), its per-request trees only;
+# "copy": each row's longer draft of the two (copy_proposer.py).
+MODEL_FREE = ("ngram", "suffix", "suffix-local", "copy")
 
 
 def model_free_proposer(name: str, config: EngineConfig) -> Proposer | None:
@@ -22,6 +24,9 @@ def model_free_proposer(name: str, config: EngineConfig) -> Proposer | None:
         return NgramProposer(models.ngram_max, models.ngram_min)
     if name == "suffix":
         return SuffixProposer(models.suffix, config.max_batch)
+    if name == "copy":
+        lookup = NgramProposer(models.ngram_max, models.ngram_min)
+        return CopyProposer(lookup, SuffixProposer(models.suffix, config.max_batch))
     if name == "suffix-local":
         s = models.suffix
         return SuffixProposer(

@@ -104,6 +104,15 @@ def method_keys(model_key: str | None, method: str | None = None) -> tuple[dict[
     if ngram:
         low, high = int(ngram.group(1)), int(ngram.group(2))
         return {"method": "ngram", "prompt_lookup_min": low, "prompt_lookup_max": high}, []
+    copy = re.fullmatch(r"copy([0-9]+)-([0-9]+)", proposer or "")
+    if copy:
+        low, high = int(copy.group(1)), int(copy.group(2))
+        note = (
+            "vLLM runs one copying drafter, not the longer of prompt lookup's and suffix "
+            "decoding's draft per row as we do: this exports prompt lookup with our sizes "
+            '(set "method": "suffix" instead where requests repeat each other, as agents\' do)'
+        )
+        return {"method": "ngram", "prompt_lookup_min": low, "prompt_lookup_max": high}, [note]
     if proposer == "suffix":
         note = (
             "vLLM's suffix_decoding_* defaults are ours but for the cached requests (vLLM 10,000, "
@@ -136,6 +145,8 @@ def _method_of(proposer: str) -> str:
     """The drafter kind a model key's proposer name stands for (engine/proposers.py names them)."""
     if re.fullmatch(r"ngram[0-9]+-[0-9]+", proposer):
         return "ngram"
+    if re.fullmatch(r"copy[0-9]+-[0-9]+", proposer):
+        return "copy"
     if proposer.startswith("eagle3-"):
         return "eagle3"
     return "suffix" if proposer == "suffix" else "draft"

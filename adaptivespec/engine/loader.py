@@ -23,6 +23,7 @@ from adaptivespec.config import EngineConfig, ModelConfig, parse_size
 from adaptivespec.engine.attention import attention_implementation, check_supported
 from adaptivespec.engine.cached_model import ForwardClock
 from adaptivespec.engine.compiled_forward import compile_time_note, compiled_graphs
+from adaptivespec.engine.copy_proposer import CopyProposer
 from adaptivespec.engine.eagle3_head import Eagle3Head
 from adaptivespec.engine.eagle3_proposer import Eagle3Proposer, load_head
 from adaptivespec.engine.hardware import (
@@ -146,7 +147,7 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> froze
 
 def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
     models = config.models
-    if "suffix" in models.proposers and not suffix_available():
+    if {"suffix", "copy"} & set(models.proposers) and not suffix_available():
         raise ConfigError(INSTALL_HINT)  # before minutes of loading, not after
     device, dtype, threads = _placed(config, progress)
     target_source, draft_source = resolve_models(models, progress)
@@ -187,6 +188,9 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
             )
         elif kind == "suffix":
             proposers.append(SuffixProposer(models.suffix, kv.rows))
+        elif kind == "copy":
+            lookup = NgramProposer(models.ngram_max, models.ngram_min)
+            proposers.append(CopyProposer(lookup, SuffixProposer(models.suffix, kv.rows)))
         elif kind == "ngram":
             proposers.append(NgramProposer(models.ngram_max, models.ngram_min))
         elif draft is not None and draft_source is not None:
@@ -300,23 +304,31 @@ def _drafters(models: ModelConfig, target_dir: str, progress: bool) -> tuple[tup
 
     "auto" loads every drafter this host can run for the target, and the controller chooses
     per step which one drafts (or none): the cached head first (it pays on open text), then
-    prompt lookup, then suffix decoding where arctic-inference is installed (it pays where
-    requests repeat each other). The cheap two cost nothing on a step that does not run them
-    beyond drafting in the others' shadow (shadow_drafts.py)."""
+    the copying drafters, prompt lookup and suffix decoding, as one (`copy`: each row takes
+    the longer of their drafts, copy_proposer.py), or prompt lookup alone where
+    arctic-inference is not installed. A row's choice between the two follows its request,
+    where the controller's, per step for the whole batch, flips as requests change and costs it
+    twice the arms to learn (docs/decisions.md). The copying drafters cost nothing on a step that
+    does not run them beyond drafting in the head's shadow (shadow_drafts.py)."""
     if models.proposers == ("auto",):
         # A compiled step cannot keep the head's states yet (loader refuses eagle3 with compile on).
         cached = cached_head(target_dir) if models.compile == "off" else None
-        cheap = ("ngram", "suffix") if suffix_available() else ("ngram",)
+        cheap = ("copy",) if suffix_available() else ("ngram",)
         kinds = (("eagle3",) if cached else ()) + cheap
-        named = {"eagle3": f"the EAGLE-3 head trained for this target ({cached})", "ngram": "prompt lookup"}
+        named = {
+            "eagle3": f"the EAGLE-3 head trained for this target ({cached})",
+            "ngram": "prompt lookup",
+            "copy": "prompt lookup and suffix decoding (each row the longer draft)",
+        }
         said = "drafting with " + ", ".join(named.get(kind, kind) for kind in kinds)
-        said += ", the controller choosing per step" if len(kinds) > 1 else ""
+        said += ", the controller choosing per step which drafts, and K" if len(kinds) > 1 else ""
+        said += ", the controller choosing K per step" if len(kinds) == 1 else ""
         if not cached:
             said += (
                 "; `adaptivespec train-draft` builds an EAGLE-3 head for this target, which serve then "
                 "uses (with --compile off)"
             )
-        if "suffix" not in kinds:
+        if "copy" not in kinds:
             said += "; ops/install-suffix.sh adds suffix decoding"
         announce(progress, said)
         return kinds, None if cached is None else str(cached)

@@ -26,7 +26,9 @@ from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.sampling import BatchSampling
 from adaptivespec.errors import ConfigError
 
-INSTALL_HINT = "--proposer suffix needs arctic-inference: run ops/install-suffix.sh, or use --proposer ngram"
+INSTALL_HINT = (
+    "--proposer suffix (or copy) needs arctic-inference: run ops/install-suffix.sh, or use --proposer ngram"
+)
 
 
 def suffix_available() -> bool:

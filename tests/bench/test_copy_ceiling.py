@@ -7,9 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from adaptivespec.bench.copy_ceiling import BEST, decode_requests, replay
+from adaptivespec.bench.copy_ceiling import BEST, Copying, decode_requests, replay
 from adaptivespec.bench.drafters import decode_all
 from adaptivespec.bench.sibling_runners import model_free_proposer, sibling
+from adaptivespec.engine.copy_proposer import CopyProposer
 from adaptivespec.engine.loader import LoadedModels
 from adaptivespec.engine.proposers import NgramProposer
 from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
@@ -27,19 +28,19 @@ PROMPTS = [
 MAX_TOKENS = 40
 
 if suffix_available():
-    DRAFTERS = ("ngram", "suffix", "suffix-local")
+    DRAFTERS = ("ngram", "suffix", "suffix-local", "copy")
 elif os.environ.get("ADAPTIVESPEC_REQUIRE_SUFFIX"):
     raise RuntimeError("arctic-inference is not installed: run ops/install-suffix.sh")
 else:
     DRAFTERS = ("ngram",)
 
 
-def _maker(name: str, pair: TinyPair, k: int) -> Callable[[], NgramProposer | SuffixProposer]:
+def _maker(name: str, pair: TinyPair, k: int) -> Callable[[], Copying]:
     config = engine_config(pair, "ngram", max_batch=1, max_spec_tokens=k)
 
-    def make() -> NgramProposer | SuffixProposer:
+    def make() -> Copying:
         proposer = model_free_proposer(name, config)
-        assert isinstance(proposer, NgramProposer | SuffixProposer)
+        assert isinstance(proposer, NgramProposer | SuffixProposer | CopyProposer)
         return proposer
 
     return make

@@ -282,3 +282,13 @@ def test_an_eagle3_head_in_the_model_key_gives_vllm_method_eagle3() -> None:
     assert keys == {"method": "eagle3", "model": "eagle3-0f3a9c"}
     assert "directory" in notes[0]
     assert exports.drafters_in(key) == ("eagle3", "ngram")
+
+
+def test_the_copy_drafter_exports_as_prompt_lookup_and_says_what_is_dropped() -> None:
+    """vLLM has no per-row choice between prompt lookup and suffix decoding: the export keeps
+    prompt lookup with the copy drafter's sizes, and its note names suffix for repetitive traffic."""
+    key = "smollm2+eagle3-0f3a9c,copy1-3:float32"
+    keys, notes = exports.method_keys(key, "copy")
+    assert keys == {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    assert "suffix" in notes[0] and "per row" in notes[0]
+    assert exports.drafters_in(key) == ("eagle3", "copy")
