@@ -4,9 +4,11 @@ traffic for tests that serve through the engine."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 import torch
 
 from adaptivespec.config import EngineConfig
@@ -18,6 +20,7 @@ from adaptivespec.engine.records import Completion
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.sampling import BatchSampling, SamplingParams
 from adaptivespec.engine.spec_policy import SpecPolicy
+from adaptivespec.engine.suffix_proposer import suffix_available
 from adaptivespec.engine.telemetry import StepTelemetry
 
 from ..conftest import TEST_DEVICE
@@ -32,6 +35,45 @@ PROMPTS = [
     "import os\nimport sys\nprint(",
     "self.x = x\n        self.y",
 ]
+
+# Prompts that repeat themselves, so that suffix trees find matches, and some that do not.
+REPEATING_PROMPTS = [
+    "def add(a, b):\n    return a + b\ndef add(a, b):\n",
+    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
+    "print(i)\nprint(i)\nprint(",
+    "class Point:\n    def __init__(self",
+    "x",
+    "import os\nimport sys\nprint(",
+    "self.x = x\n        self.y",
+]
+
+
+def skip_without_suffix() -> None:
+    """At a test module's top: skips it where arctic-inference is not installed, unless
+    ADAPTIVESPEC_REQUIRE_SUFFIX is set (as CI sets it), where it fails instead."""
+    if suffix_available():
+        return
+    if os.environ.get("ADAPTIVESPEC_REQUIRE_SUFFIX"):
+        raise RuntimeError("arctic-inference is not installed: run ops/install-suffix.sh")
+    pytest.skip("arctic-inference is not installed (ops/install-suffix.sh)", allow_module_level=True)
+
+
+def top_p(i: int, seed: int) -> SamplingParams:
+    """Prompt i's sampled settings (T 0.9, top-p 0.8), 40 tokens, its own seed."""
+    return SamplingParams(max_tokens=40, temperature=0.9, top_p=0.8, seed=seed + i, ignore_eos=True)
+
+
+async def serve_in_groups_of_three(
+    config: EngineConfig, policy: SpecPolicy, params: Callable[[int], SamplingParams], rounds: int
+) -> list[Completion]:
+    """REPEATING_PROMPTS through a fresh engine under a fixed policy, `staggered` three at a time."""
+    loaded = load_runner(config, progress=False)
+    engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
+    await engine.start()
+    try:
+        return await staggered(engine, REPEATING_PROMPTS, params, group=3, rounds=rounds)
+    finally:
+        await engine.stop()
 
 
 def rows_of(*histories: list[int], width: int = 64) -> RowState:

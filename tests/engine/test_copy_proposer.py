@@ -5,43 +5,25 @@ is set, as CI sets it."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 import numpy as np
 import pytest
 
 from adaptivespec.config import EngineConfig, SuffixSettings
 from adaptivespec.engine.copy_proposer import CopyProposer
-from adaptivespec.engine.engine import Engine
-from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.proposers import NgramProposer
 from adaptivespec.engine.records import Completion
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.static_policy import FixedK, StaticTable
-from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
+from adaptivespec.engine.suffix_proposer import SuffixProposer
 
 from ..conftest import TinyPair, engine_config
-from .drafting import greedy, rows_of, staggered
+from .drafting import greedy, rows_of, serve_in_groups_of_three, skip_without_suffix, top_p
 
-if not suffix_available():
-    if os.environ.get("ADAPTIVESPEC_REQUIRE_SUFFIX"):
-        raise RuntimeError("arctic-inference is not installed: run ops/install-suffix.sh")
-    pytest.skip("arctic-inference is not installed (ops/install-suffix.sh)", allow_module_level=True)
+skip_without_suffix()
 
-PROMPTS = [
-    "def add(a, b):\n    return a + b\ndef add(a, b):\n",
-    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
-    "print(i)\nprint(i)\nprint(",
-    "class Point:\n    def __init__(self",
-    "x",
-    "import os\nimport sys\nprint(",
-]
 GREEDY = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
-
-
-def _sampled(i: int) -> SamplingParams:
-    return SamplingParams(max_tokens=40, temperature=0.9, top_p=0.8, seed=57 + i, ignore_eos=True)
 
 
 def _copy(settings: SuffixSettings, max_batch: int) -> CopyProposer:
@@ -56,15 +38,9 @@ def _drafts(proposer: CopyProposer, rows: RowState, batch: int, k: int) -> list[
 async def _serve(
     config: EngineConfig, policy: FixedK | StaticTable, sampled: bool, rounds: int = 2
 ) -> list[Completion]:
-    loaded = load_runner(config, progress=False)
-    engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
-    await engine.start()
-    try:
-        return await staggered(
-            engine, PROMPTS, lambda i: _sampled(i) if sampled else GREEDY, group=3, rounds=rounds
-        )
-    finally:
-        await engine.stop()
+    return await serve_in_groups_of_three(
+        config, policy, lambda i: top_p(i, seed=57) if sampled else GREEDY, rounds
+    )
 
 
 def test_each_row_takes_the_longer_draft() -> None:

@@ -7,7 +7,6 @@ is not installed these tests skip, unless ADAPTIVESPEC_REQUIRE_SUFFIX is set, as
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 import torch
@@ -19,31 +18,23 @@ from adaptivespec.engine.records import Completion
 from adaptivespec.engine.rows import RowState
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.static_policy import FixedK, StaticTable
-from adaptivespec.engine.suffix_proposer import SuffixProposer, suffix_available
+from adaptivespec.engine.suffix_proposer import SuffixProposer
 
 from ..conftest import TinyPair, engine_config
-from .drafting import greedy, rows_of, staggered
+from .drafting import (
+    REPEATING_PROMPTS,
+    greedy,
+    rows_of,
+    serve_in_groups_of_three,
+    skip_without_suffix,
+    staggered,
+    top_p,
+)
 
-if not suffix_available():
-    if os.environ.get("ADAPTIVESPEC_REQUIRE_SUFFIX"):
-        raise RuntimeError("arctic-inference is not installed: run ops/install-suffix.sh")
-    pytest.skip("arctic-inference is not installed (ops/install-suffix.sh)", allow_module_level=True)
+skip_without_suffix()
 
-# Prompts that repeat themselves, so that the trees find matches, and some that do not.
-PROMPTS = [
-    "def add(a, b):\n    return a + b\ndef add(a, b):\n",
-    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
-    "print(i)\nprint(i)\nprint(",
-    "class Point:\n    def __init__(self",
-    "x",
-    "import os\nimport sys\nprint(",
-    "self.x = x\n        self.y",
-]
+PROMPTS = REPEATING_PROMPTS
 GREEDY = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
-
-
-def _sampled(i: int) -> SamplingParams:
-    return SamplingParams(max_tokens=40, temperature=0.9, top_p=0.8, seed=31 + i, ignore_eos=True)
 
 
 async def _serve(
@@ -51,15 +42,9 @@ async def _serve(
 ) -> list[Completion]:
     """Every prompt, staggered: each group joins a batch that is already decoding. `rounds` > 1
     serves them again, when the global tree holds the first round's outputs."""
-    loaded = load_runner(config, progress=False)
-    engine = Engine(loaded.runner, loaded.tokenizer, policy, config)
-    await engine.start()
-    try:
-        return await staggered(
-            engine, PROMPTS, lambda i: _sampled(i) if sampled else GREEDY, group=3, rounds=rounds
-        )
-    finally:
-        await engine.stop()
+    return await serve_in_groups_of_three(
+        config, policy, lambda i: top_p(i, seed=31) if sampled else GREEDY, rounds
+    )
 
 
 @pytest.fixture(scope="module")
