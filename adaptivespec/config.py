@@ -114,10 +114,13 @@ class ModelConfig:
     device: Device = "auto"
     dtype: DType = "auto"
     ngram_max: int = 3
-    # A last token seen before is worth drafting from: a verify is K + 1 tokens wide for every
-    # row whatever its match, so beside a row that drafts, a 1-gram draft costs nothing; alone it
-    # turns a plain step into a verify that keeps more than it costs (docs/results.md).
+    # A last token seen before is worth drafting from: alone it turns a plain step into a
+    # verify that keeps more than it costs (docs/results.md), but only a few tokens deep: past
+    # `ngram_unigram_drafts` a 1-gram match's drafts are seldom kept, and where each row
+    # verifies its own drafts (the openvino runtime) every draft costs (docs/decisions.md,
+    # 2026-12-06, fourth entry).
     ngram_min: int = 1
+    ngram_unigram_drafts: int = 2
     # The suffix proposer (SuffixSettings): flat, so that TOML and the environment set them.
     suffix_max_depth: int = 24
     suffix_cached_requests: int = 1000
@@ -181,6 +184,11 @@ class ModelConfig:
             not ("draft" in kinds and "eagle3" in kinds), "one --draft serves 'draft' or 'eagle3', not both"
         )
         _require(1 <= self.ngram_min <= self.ngram_max, "ngram sizes need 1 <= ngram_min <= ngram_max")
+        _require(
+            self.ngram_unigram_drafts >= 1,
+            f"ngram_unigram_drafts must be >= 1 (set ngram_min = 2 to draft from no 1-gram match), "
+            f"got {self.ngram_unigram_drafts}",
+        )
         if self.runtime == "openvino":
             _require(
                 self.device != "cuda",

@@ -21,11 +21,11 @@ def model_free_proposer(name: str, config: EngineConfig) -> Proposer | None:
     if name == "off":
         return None
     if name == "ngram":
-        return NgramProposer(models.ngram_max, models.ngram_min)
+        return NgramProposer(models.ngram_max, models.ngram_min, models.ngram_unigram_drafts)
     if name == "suffix":
         return SuffixProposer(models.suffix, config.max_batch)
     if name == "copy":
-        lookup = NgramProposer(models.ngram_max, models.ngram_min)
+        lookup = NgramProposer(models.ngram_max, models.ngram_min, models.ngram_unigram_drafts)
         return CopyProposer(lookup, SuffixProposer(models.suffix, config.max_batch))
     if name == "suffix-local":
         s = models.suffix

@@ -33,6 +33,7 @@ class StepTrace:
             "context": context,
             "ran": str(arm(controller.drafter(record.method), record.k)),
             "width": record.width,
+            "verified_width": record.verified_width,
             "step_ms": round(record.step_seconds * 1e3, 3),
             "verify_ms": round(record.verify_seconds * 1e3, 3),
             "catch_up_ms": round(record.catch_up_seconds * 1e3, 3),

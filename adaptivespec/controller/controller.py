@@ -108,9 +108,8 @@ class Controller:
             typical = cell.evidence.typical_seconds(ran)
             # From here on, the step's seconds at its arm's typical width: a drafter that found
             # few drafts verified fewer, which is neither the arm's cost nor a stall.
-            seconds = cell.evidence.observe(
-                ran, tokens_per_row, seconds, record.verify_seconds, width=record.width
-            )
+            width = record.width if record.verified_width is None else record.verified_width
+            seconds = cell.evidence.observe(ran, tokens_per_row, seconds, record.verify_seconds, width=width)
             if typical is not None:
                 self.stalls.observe(seconds, typical)
             if record.catch_up_tokens:

@@ -64,13 +64,13 @@ class CellEvidence:
         step_seconds: float,
         verify_seconds: float,
         *,
-        width: int | None = None,
+        width: float | None = None,
     ) -> float:
         """One step at arm `k`; `step_seconds` without any switch's catch-up (`observe_switch`),
         `verify_seconds` the part of it after the draft, `width` the drafts it verified a row
-        (None: K; fewer when its drafter found fewer). Returns the step's seconds at the arm's
-        typical width (verify_widths.py): what the arm's step time learns, and what the step
-        is to be compared by."""
+        (None: K; fewer when its drafter found fewer; a mean where rows verified their own).
+        Returns the step's seconds at the arm's typical width (verify_widths.py): what the
+        arm's step time learns, and what the step is to be compared by."""
         width = k.k if width is None else width
         self.verify_widths.observe(width, min(verify_seconds, step_seconds))
         steps = self.widths.setdefault(k, ArmWidths(EWStat(self.settings.fading)))

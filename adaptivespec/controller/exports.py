@@ -45,6 +45,10 @@ from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, Buck
 from adaptivespec.errors import AdaptiveSpecError
 
 FORMATS = ("vllm", "trtllm", "sglang")
+# Prompt lookup's and copy's names (engine/proposers.py): min and max n, and "uN" where a 1-gram
+# match drafts at most N tokens.
+NGRAM_NAME = r"ngram([0-9]+)-([0-9]+)(?:u([0-9]+))?"
+COPY_NAME = r"copy([0-9]+)-([0-9]+)(?:u([0-9]+))?"
 
 
 class ExportError(AdaptiveSpecError):
@@ -100,11 +104,11 @@ def method_keys(model_key: str | None, method: str | None = None) -> tuple[dict[
     if method is not None:
         proposers = [p for p in proposers if _method_of(p) == method]
     proposer = proposers[0] if len(proposers) == 1 else None
-    ngram = re.fullmatch(r"ngram([0-9]+)-([0-9]+)", proposer or "")
+    ngram = re.fullmatch(NGRAM_NAME, proposer or "")
     if ngram:
         low, high = int(ngram.group(1)), int(ngram.group(2))
-        return {"method": "ngram", "prompt_lookup_min": low, "prompt_lookup_max": high}, []
-    copy = re.fullmatch(r"copy([0-9]+)-([0-9]+)", proposer or "")
+        return {"method": "ngram", "prompt_lookup_min": low, "prompt_lookup_max": high}, _unigram_note(ngram)
+    copy = re.fullmatch(COPY_NAME, proposer or "")
     if copy:
         low, high = int(copy.group(1)), int(copy.group(2))
         note = (
@@ -112,7 +116,8 @@ def method_keys(model_key: str | None, method: str | None = None) -> tuple[dict[
             "decoding's draft per row as we do: this exports prompt lookup with our sizes "
             '(set "method": "suffix" instead where requests repeat each other, as agents\' do)'
         )
-        return {"method": "ngram", "prompt_lookup_min": low, "prompt_lookup_max": high}, [note]
+        keys = {"method": "ngram", "prompt_lookup_min": low, "prompt_lookup_max": high}
+        return keys, [note, *_unigram_note(copy)]
     if proposer == "suffix":
         note = (
             "vLLM's suffix_decoding_* defaults are ours but for the cached requests (vLLM 10,000, "
@@ -131,6 +136,15 @@ def method_keys(model_key: str | None, method: str | None = None) -> tuple[dict[
     return {}, ['the proposer is unknown: add "method" (and its keys) beside the schedule']
 
 
+def _unigram_note(name: re.Match[str]) -> list[str]:
+    if name.group(3) is None:
+        return []
+    return [
+        f"our prompt lookup drafts at most {name.group(3)} tokens from a 1-gram match; vLLM's drafts "
+        "K from any match, so its verify is wider there than the K learned here assumed"
+    ]
+
+
 def drafters_in(model_key: str | None) -> tuple[str, ...]:
     """The drafters (by method) a model key names, in its order; () when it names none."""
     return tuple(_method_of(p) for p in _proposers(model_key))
@@ -143,9 +157,9 @@ def _proposers(model_key: str | None) -> list[str]:
 
 def _method_of(proposer: str) -> str:
     """The drafter kind a model key's proposer name stands for (engine/proposers.py names them)."""
-    if re.fullmatch(r"ngram[0-9]+-[0-9]+", proposer):
+    if re.fullmatch(NGRAM_NAME, proposer):
         return "ngram"
-    if re.fullmatch(r"copy[0-9]+-[0-9]+", proposer):
+    if re.fullmatch(COPY_NAME, proposer):
         return "copy"
     if proposer.startswith("eagle3-"):
         return "eagle3"

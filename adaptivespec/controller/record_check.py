@@ -22,6 +22,9 @@ def valid(record: StepTelemetry) -> bool:
         return False
     if not 0 <= record.width <= record.k or len(record.kept_at_least) != record.width:
         return False
+    verified = record.verified_width
+    if verified is not None and not (math.isfinite(verified) and 0 <= verified <= record.width):
+        return False
     if not _survival(record.batch_size, record.kept_at_least):
         return False
     for shadow in record.shadow:

@@ -35,9 +35,11 @@ class VerifyWidths:
     _at: dict[int, RobustStat] = field(default_factory=dict)  # verify seconds, by drafts per row
     _profile: tuple[list[int], list[float]] | None = None  # widths and monotone seconds, cached
 
-    def observe(self, width: int, seconds: float) -> None:
-        """A step that verified `width` drafts a row (0: a plain step) in `seconds`."""
-        self._at.setdefault(width, RobustStat()).update(seconds)
+    def observe(self, width: float, seconds: float) -> None:
+        """A step that verified `width` drafts a row (0: a plain step) in `seconds`. A mean
+        width (rows that verified their own drafts) counts at the nearest whole one, so that
+        each kept width gathers steps enough for a robust location."""
+        self._at.setdefault(round(width), RobustStat()).update(seconds)
         self._profile = None
 
     def seconds(self, width: float) -> float | None:
@@ -55,7 +57,7 @@ class VerifyWidths:
         share = (width - lo) / (hi - lo)
         return times[i - 1] + share * (times[i] - times[i - 1])
 
-    def scale(self, width: int, typical: float) -> float:
+    def scale(self, width: float, typical: float) -> float:
         """What a step of `width` is multiplied by to price it at the `typical` width (1 when
         the two are one, or nothing is measured). A ratio, not a difference: a stalled step
         stays as stalled, and no step's time can turn negative."""
@@ -79,9 +81,9 @@ class ArmWidths:
     """One arm's recent steps with the widths they verified, and the width it typically does."""
 
     typical: EWStat  # drafts verified a row
-    _steps: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    _steps: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=WINDOW))
 
-    def add(self, seconds: float, width: int) -> None:
+    def add(self, seconds: float, width: float) -> None:
         self.typical.update(width)
         self._steps.append((seconds, width))
 

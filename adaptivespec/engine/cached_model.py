@@ -91,10 +91,14 @@ class CachedModel:
         layout: RaggedLayout,
         last_only: bool,
         step: bool = False,
+        *,
+        counts: np.ndarray | None = None,
     ) -> torch.Tensor:
         """input_ids [n, T] for rows [row_start, row_start+n) -> logits [n, 1 or T, V].
 
         `step` marks a decode step's pass (a token or a few per row), which may run compiled.
+        `counts` is not used: every row's T tokens are computed (`skips_pads` is False), as
+        one rectangular pass, the shape a compiled step and the batched attention take.
         """
         began = self.clock.mark()
         self.cache.bind(row_start, layout.cols, layout.read_len)
@@ -109,6 +113,10 @@ class CachedModel:
         out = self.model(**inputs) if self.compiled is None else self.compiled(step=step, **inputs)
         self.clock.add(began, self.clock.mark())
         return out.logits
+
+    @property
+    def skips_pads(self) -> bool:
+        return False
 
     @property
     def runs_segments(self) -> bool:

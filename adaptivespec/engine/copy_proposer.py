@@ -36,7 +36,7 @@ class CopyProposer:
     def __init__(self, lookup: NgramProposer, suffix: SuffixProposer) -> None:
         self.lookup = lookup
         self.suffix = suffix
-        self.name = f"copy{lookup.min_n}-{lookup.max_n}"
+        self.name = lookup.name.replace("ngram", "copy", 1)
         self.method = "copy"
         self.full_width = False  # a row drafts the longer of two drafts that may each fall short
 

@@ -253,6 +253,7 @@ class HFRunner:
             k=k,
             method="" if proposer is None else proposer.method,
             width=0 if proposal is None else proposal.drafts.shape[1],
+            verified_width=self._verified_width(proposal),
             draft_seconds=draft_seconds,
             verify_seconds=step_seconds - draft_seconds,
             step_seconds=step_seconds,
@@ -338,8 +339,15 @@ class HFRunner:
         width = ids.shape[1]
         if layout is None:
             layout = self._verify_layout(batch, width)
-        logits = self.target.forward(0, ids, layout, last_only=False, step=True)
+        counts = proposal.host_n_drafts + 1  # a target that skips pads verifies these only
+        logits = self.target.forward(0, ids, layout, last_only=False, step=True, counts=counts)
         return verify(logits, proposal.drafts, proposal.host_n_drafts, sampling)
+
+    def _verified_width(self, proposal: Proposal | None) -> float | None:
+        """Drafts per row the verify computed, where that is not its width on every row."""
+        if proposal is None or not self.target.skips_pads:
+            return None
+        return float(proposal.host_n_drafts.mean())
 
     def _verify_layout(self, batch: int, width: int) -> RaggedLayout:
         """Each row's last token and its drafts, `width` in all, from the row's last column."""

@@ -189,10 +189,10 @@ def load_runner(config: EngineConfig, progress: bool = True) -> LoadedModels:
         elif kind == "suffix":
             proposers.append(SuffixProposer(models.suffix, kv.rows))
         elif kind == "copy":
-            lookup = NgramProposer(models.ngram_max, models.ngram_min)
+            lookup = NgramProposer(models.ngram_max, models.ngram_min, models.ngram_unigram_drafts)
             proposers.append(CopyProposer(lookup, SuffixProposer(models.suffix, kv.rows)))
         elif kind == "ngram":
-            proposers.append(NgramProposer(models.ngram_max, models.ngram_min))
+            proposers.append(NgramProposer(models.ngram_max, models.ngram_min, models.ngram_unigram_drafts))
         elif draft is not None and draft_source is not None:
             width = _logit_width(target)
             proposers.append(

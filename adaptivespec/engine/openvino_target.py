@@ -119,6 +119,10 @@ class OpenVINOTarget:
     def runs_segments(self) -> bool:
         return True
 
+    @property
+    def skips_pads(self) -> bool:
+        return True
+
     def forward(
         self,
         row_start: int,
@@ -126,13 +130,26 @@ class OpenVINOTarget:
         layout: RaggedLayout,
         last_only: bool,
         step: bool = False,
+        *,
+        counts: np.ndarray | None = None,
     ) -> torch.Tensor:
-        """input_ids [n, T], every row's T tokens real (a decode or verify pass) -> logits [n, 1 or T, V]."""
+        """input_ids [n, T], every row's T tokens real (a decode or verify pass) -> logits [n, 1 or T, V].
+
+        `counts` [n]: a verify whose rows found drafts of different lengths feeds each row its
+        own tokens only (the sequences are flattened anyway); a row's positions past its count
+        get its last counted token's logits."""
         n, width = input_ids.shape
         starts = layout.positions[:, 0].numpy()
+        rows = np.arange(row_start, row_start + n)
+        if counts is not None and not last_only and int(counts.sum()) < n * width:
+            fed = np.arange(width) < counts[:, None]  # [n, T]
+            flat = self._run(rows, starts, counts, input_ids.numpy()[fed], np.arange(int(counts.sum())))
+            # [n, T] index of each position's logits in the flattened tokens, pads at the row's last
+            ends = np.cumsum(counts)
+            at = np.minimum(ends[:, None] - counts[:, None] + np.arange(width), ends[:, None] - 1)
+            return flat[torch.from_numpy(at)]
         counts = np.full(n, width, dtype=np.int64)
         keep = np.arange(n * width)[width - 1 :: width] if last_only else np.arange(n * width)
-        rows = np.arange(row_start, row_start + n)
         logits = self._run(rows, starts, counts, input_ids.numpy().ravel(), keep)
         return logits.reshape(n, 1 if last_only else width, -1)
 

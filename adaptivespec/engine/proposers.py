@@ -175,18 +175,24 @@ class DraftModelProposer:
 
 class NgramProposer:
     """Prompt lookup: copies what followed the most recent earlier match of the last n tokens,
-    the longest n from max_n down to min_n that has one.
+    the longest n from max_n down to min_n that has one. A 1-gram match (a last token seen
+    before) drafts at most `unigram_drafts` tokens: its first draft is kept far less often than
+    a longer match's, and on a runtime that verifies each row's own drafts every draft costs
+    its share of the step (docs/decisions.md, 2026-12-06, fourth entry).
 
     It searches the host's copy of the tokens, as vLLM's does, so that how many drafts each
     row has is known without reading the device. The sizes' defaults are ModelConfig's.
     """
 
-    def __init__(self, max_n: int, min_n: int) -> None:
-        self.name = f"ngram{min_n}-{max_n}"
+    def __init__(self, max_n: int, min_n: int, unigram_drafts: int | None = None) -> None:
+        """`unigram_drafts`: None drafts K from any match, as vLLM's prompt lookup does."""
+        capped = min_n == 1 and unigram_drafts is not None
+        self.name = f"ngram{min_n}-{max_n}" + (f"u{unigram_drafts}" if capped else "")
         self.method = "ngram"
         self.full_width = False  # a row without a match, or near its end, has fewer
         self.max_n = max_n
         self.min_n = min_n
+        self.unigram_drafts = unigram_drafts if capped else None
 
     @property
     def nbytes(self) -> int:
@@ -205,12 +211,18 @@ class NgramProposer:
         lens = rows.host_lens[indices]
         tokens = rows.host_tokens[indices, : int(lens.max())]
         follow = np.full(len(indices), -1, dtype=np.int64)  # [n] index of the first copied token, -1 = none
+        longest = np.zeros(len(indices), dtype=np.int64)  # [n] the match's n
         for n in range(self.max_n, self.min_n - 1, -1):
             found = self._last_match(tokens, lens, n)
-            follow = np.where((follow < 0) & (found >= 0), found + n, follow)
+            new = (follow < 0) & (found >= 0)
+            follow = np.where(new, found + n, follow)
+            longest = np.where(new, n, longest)
         index = np.minimum(np.maximum(follow, 0)[:, None] + np.arange(k), tokens.shape[1] - 1)
         drafts = np.take_along_axis(tokens, index, axis=1)  # [n, K]
-        return drafts, np.where(follow >= 0, np.minimum(lens - follow, k), 0)
+        counts = np.minimum(lens - follow, k)
+        if self.unigram_drafts is not None:
+            counts = np.where(longest == 1, np.minimum(counts, self.unigram_drafts), counts)
+        return drafts, np.where(follow >= 0, counts, 0)
 
     @staticmethod
     def _last_match(tokens: np.ndarray, lens: np.ndarray, n: int) -> np.ndarray:

@@ -77,6 +77,9 @@ class DecodeOutput:
     catch_up_tokens: int = 0
     catch_up_seconds: float = 0.0
     shadow: tuple[ShadowScore, ...] = ()  # other drafters' drafts scored this step
+    # Drafts per row the verify computed, where a runtime verifies each row's own drafts only
+    # (their mean, below `width` when rows found different lengths); None: `width` on every row.
+    verified_width: float | None = None
 
 
 class Runner(Protocol):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
@@ -33,6 +34,12 @@ class TargetPasses(Protocol):
     @property
     def runs_segments(self) -> bool: ...
 
+    @property
+    def skips_pads(self) -> bool:
+        """Whether `forward` given `counts` computes each row's counted tokens only: a verify
+        then costs the drafts each row found, not the longest row's width on every row."""
+        ...
+
     def prefill(self, row_start: int, chunks: list[list[int]], starts: list[int]) -> torch.Tensor: ...
 
     def forward(
@@ -42,6 +49,12 @@ class TargetPasses(Protocol):
         layout: RaggedLayout,
         last_only: bool,
         step: bool = False,
-    ) -> torch.Tensor: ...
+        *,
+        counts: np.ndarray | None = None,
+    ) -> torch.Tensor:
+        """input_ids [n, T] -> logits [n, 1 or T, V]. `counts` [n] (host): the tokens of each
+        row that matter, from its first; a row's logits past its count are finite and
+        unspecified, and a target may skip computing them (`skips_pads`)."""
+        ...
 
     def forward_segments(self, ids: torch.Tensor, layout: SegmentLayout) -> torch.Tensor: ...

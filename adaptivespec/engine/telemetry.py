@@ -38,6 +38,9 @@ class StepTelemetry:
     # Other drafters' drafts of earlier steps, scored against what the target since wrote
     # (shadow_drafts.py): their acceptance, learned without running them.
     shadow: tuple[ShadowScore, ...] = ()
+    # Drafts per row the verify computed where a runtime verifies each row's own drafts only
+    # (their mean); None: `width`, on every row. What the step's cost follows.
+    verified_width: float | None = None
 
 
 def decode_record(
@@ -63,6 +66,7 @@ def decode_record(
         catch_up_tokens=out.catch_up_tokens,
         catch_up_seconds=out.catch_up_seconds,
         shadow=out.shadow,
+        verified_width=out.verified_width,
     )
 
 

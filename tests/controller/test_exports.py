@@ -292,3 +292,8 @@ def test_the_copy_drafter_exports_as_prompt_lookup_and_says_what_is_dropped() ->
     assert keys == {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3}
     assert "suffix" in notes[0] and "per row" in notes[0]
     assert exports.drafters_in(key) == ("eagle3", "copy")
+    capped = "smollm2+copy1-3u2:float32"  # a 1-gram match drafts at most 2: vLLM drafts K
+    keys, notes = exports.method_keys(capped)
+    assert keys == {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    assert "1-gram" in notes[1] and exports.drafters_in(capped) == ("copy",)
+    assert "1-gram" in exports.method_keys("smollm2+ngram1-3u2:float32")[1][0]

@@ -31,3 +31,15 @@ def test_a_step_is_scaled_to_its_arms_typical_width() -> None:
     assert widths.scale(8, 4.0) == 0.75
     assert widths.scale(8, 8.0) == 1.0
     assert VerifyWidths().scale(2, 5.0) == 1.0  # nothing measured: the step as it is
+
+
+def test_a_mean_width_counts_at_the_nearest_whole_width_and_is_priced_where_it_lies() -> None:
+    """Rows that verified their own drafts: a step of mean width 2.4 measures width 2, and a
+    step of mean 6 is priced between the whole widths around it."""
+    widths = VerifyWidths()
+    for seconds in (0.014, 0.014, 0.014):
+        widths.observe(2.4, seconds)
+    for width, seconds in ((0, 0.010), (8, 0.018)):
+        widths.observe(width, seconds)
+    assert widths.seconds(2.0) == 0.014
+    assert abs(widths.scale(6.0, 2.0) - 0.014 / (0.014 + 4 / 6 * 0.004)) < 1e-12

@@ -28,6 +28,7 @@ from adaptivespec.engine.static_policy import FixedK, StaticTable
 from adaptivespec.errors import ConfigError
 
 from ..conftest import TinyPair, engine_config
+from .drafting import REPEATING_PROMPTS, serve_staggered, top_p
 from .test_eagle3 import POLICIES, POLICY_IDS, check_greedy_drafting, check_sampled_drafting, config_with_head
 from .test_exactness import GREEDY, PROMPTS, _serve
 
@@ -106,6 +107,25 @@ def test_speculative_steps_equal_transformers_generate(
     assert drafted > 0, "the proposer never drafted, so nothing was verified"
     if proposer == "draft":
         assert 0 < accepted < drafted  # both kept and rejected drafts: the rollback ran
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "top-p"])
+def test_rows_verify_their_own_drafts_and_stay_exact(tiny_pair: TinyPair, sampled: bool) -> None:
+    """Prompt lookup at K = 6 over prompts some of which repeat themselves: rows find drafts of
+    different lengths, and each verifies its own only (a mean width below the step's). The
+    tokens are plain decoding's, greedy and sampled (the padded positions are never chosen)."""
+    config = _config(tiny_pair, "ngram")
+    assert _load(config).runner.target.skips_pads
+
+    def settings(i: int) -> SamplingParams:
+        return top_p(i, 11) if sampled else replace(top_p(i, 11), temperature=0.0)
+
+    plain, _ = asyncio.run(serve_staggered(config, REPEATING_PROMPTS, settings, FixedK(0), 1))
+    spec, records = asyncio.run(serve_staggered(config, REPEATING_PROMPTS, settings, FixedK(6), 1))
+    assert [c.token_ids for c in spec] == [c.token_ids for c in plain]
+    ragged = [r for r in records if r.verified_width is not None and r.verified_width < r.width]
+    assert ragged, "no step had rows with drafts of different lengths"
+    assert sum(r.accepted for r in ragged) > 0
 
 
 def test_prompts_in_chunks_and_inside_plain_steps_stay_exact(

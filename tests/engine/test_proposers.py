@@ -25,8 +25,13 @@ def test_ngram_by_default_drafts_from_a_last_token_seen_before() -> None:
         [1, 2, 3, 4],  # nothing repeats
     )
     served = ModelConfig()  # what serve loads
-    proposal = NgramProposer(served.ngram_max, served.ngram_min).propose(rows, 3, 4, greedy(3))
-    assert proposal.n_drafts.tolist() == [3, 4, 0]
-    assert proposal.drafts[0, :3].tolist() == [9, 3, 4]
+    lookup = NgramProposer(served.ngram_max, served.ngram_min, served.ngram_unigram_drafts)
+    proposal = lookup.propose(rows, 3, 4, greedy(3))
+    # The 1-gram match drafts its first two tokens only; the 3-gram match drafts K.
+    assert proposal.n_drafts.tolist() == [2, 4, 0]
+    assert proposal.drafts[0, :2].tolist() == [9, 3]
     assert proposal.drafts[1].tolist() == [9, 2, 3, 5]
+    assert lookup.name == "ngram1-3u2"
+    uncapped = NgramProposer(served.ngram_max, served.ngram_min).propose(rows, 3, 4, greedy(3))
+    assert uncapped.n_drafts.tolist() == [3, 4, 0]  # vLLM's rule: K from any match
     assert NgramProposer(max_n=3, min_n=2).propose(rows, 3, 4, greedy(3)).n_drafts.tolist() == [0, 4, 0]
