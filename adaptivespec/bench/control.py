@@ -31,7 +31,7 @@ from adaptivespec.bench.plot import goodput_by_batch
 from adaptivespec.bench.steps import prompt_windows
 from adaptivespec.bench.traffic_mixes import MIXES
 from adaptivespec.bench.traffic_mixes import prompts as traffic_prompts
-from adaptivespec.config import DEFAULT_MODEL, EngineConfig, ModelConfig
+from adaptivespec.config import DEFAULT_MODEL, RUNTIMES, EngineConfig, ModelConfig
 from adaptivespec.controller.buckets import BATCH_BUCKETS
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.demo_models import held_out_documents
@@ -75,6 +75,13 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     control.add_argument(
         "--proposer", default="auto", help="hf: the drafters, comma-separated (auto: as serve loads them)"
+    )
+    control.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="torch",
+        help="hf: what runs the target's forwards (default torch, as the controller rows in "
+        "docs/results.md were measured; serve's default is auto)",
     )
     control.add_argument(
         "--background-load",
@@ -144,13 +151,12 @@ def _hf(args: argparse.Namespace) -> tuple[HFLoop, dict[str, Any], str]:
         raise ConfigError("--background-load must be >= 0")
     if steps < 1 or not 1 <= repeats <= steps:
         raise ConfigError("--steps-per-bucket must be >= 1 and --repeats in [1, steps per bucket]")
-    # On the torch runtime, as the controller's figures in docs/results.md were measured.
     models = ModelConfig(
         target=args.target or DEFAULT_MODEL,
         draft=args.draft,
         proposer=args.proposer,
         device="auto",
-        runtime="torch",
+        runtime=args.runtime,
     )
     tokenizer = load_tokenizer(str(resolve_models(models, progress=False)[0].path))
     if args.traffic == "chat":
