@@ -40,9 +40,10 @@ _DRAFT_HELP = (
 )
 _PROPOSER_HELP = (
     "auto (default): the draft (model or EAGLE-3 head) when --draft is given, else every drafter "
-    "here (the head `train-draft` built for the target, n-gram prompt lookup, and suffix where "
-    "installed), the controller choosing; eagle3: the head in --draft; "
+    "here (the head `train-draft` built for the target, and copy where suffix is installed, else "
+    "ngram), the controller choosing; eagle3: the head in --draft; "
     "suffix: suffix trees over each request and recent outputs (ops/install-suffix.sh installs them); "
+    "copy: each row the longer of prompt lookup's and suffix's drafts; "
     "several, comma-separated (ngram,suffix): the controller chooses which one drafts, step by step"
 )
 

@@ -100,8 +100,8 @@ class ModelConfig:
     the built-in trained pair (its draft comes with it). `draft` is a causal LM sharing the
     target's tokenizer, or a speculators EAGLE-3 head directory ("eagle3"). Proposer "auto"
     drafts with the draft when there is one; without one it stays "auto" here, and the
-    loader loads the EAGLE-3 head `train-draft` cached for the target (if any), n-gram prompt
-    lookup, and suffix decoding where it is installed, the controller choosing.
+    loader loads the EAGLE-3 head `train-draft` cached for the target (if any) and "copy"
+    (prompt lookup alone where suffix decoding is not installed), the controller choosing.
     "suffix" drafts from suffix trees over each request and recent outputs (needs
     arctic-inference); "copy" drafts each row with both prompt lookup and suffix trees and
     verifies the longer draft (copy_proposer.py). Several, comma-separated ("ngram,suffix"),

@@ -304,24 +304,32 @@ def _drafters(models: ModelConfig, target_dir: str, progress: bool) -> tuple[tup
 
     "auto" loads every drafter this host can run for the target, and the controller chooses
     per step which one drafts (or none): the cached head first (it pays on open text), then
-    prompt lookup, then suffix decoding where arctic-inference is installed (it pays where
-    requests repeat each other). The cheap two cost nothing on a step that does not run them
-    beyond drafting in the others' shadow (shadow_drafts.py). Not `copy`, the two chosen per
-    row: on chat its arms drafted past what pays at batch 3-4 (docs/decisions.md)."""
+    the copying drafters, prompt lookup and suffix decoding, as one (`copy`: each row takes
+    the longer of their drafts, copy_proposer.py), or prompt lookup alone where
+    arctic-inference is not installed. A row's choice between the two follows its request,
+    where the controller's, per step for the whole batch, flips as requests change and costs it
+    twice the arms to learn (docs/decisions.md, 2026-12-06, third and fourth entries). The
+    copying drafters cost nothing on a step that does not run them beyond drafting in the
+    head's shadow (shadow_drafts.py)."""
     if models.proposers == ("auto",):
         # A compiled step cannot keep the head's states yet (loader refuses eagle3 with compile on).
         cached = cached_head(target_dir) if models.compile == "off" else None
-        cheap = ("ngram", "suffix") if suffix_available() else ("ngram",)
+        cheap = ("copy",) if suffix_available() else ("ngram",)
         kinds = (("eagle3",) if cached else ()) + cheap
-        named = {"eagle3": f"the EAGLE-3 head trained for this target ({cached})", "ngram": "prompt lookup"}
+        named = {
+            "eagle3": f"the EAGLE-3 head trained for this target ({cached})",
+            "ngram": "prompt lookup",
+            "copy": "prompt lookup and suffix decoding (each row the longer draft)",
+        }
         said = "drafting with " + ", ".join(named.get(kind, kind) for kind in kinds)
-        said += ", the controller choosing per step" if len(kinds) > 1 else ""
+        said += ", the controller choosing per step which drafts, and K" if len(kinds) > 1 else ""
+        said += ", the controller choosing K per step" if len(kinds) == 1 else ""
         if not cached:
             said += (
                 "; `adaptivespec train-draft` builds an EAGLE-3 head for this target, which serve then "
                 "uses (with --compile off)"
             )
-        if "suffix" not in kinds:
+        if "copy" not in kinds:
             said += "; ops/install-suffix.sh adds suffix decoding"
         announce(progress, said)
         return kinds, None if cached is None else str(cached)

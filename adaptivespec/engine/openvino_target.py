@@ -133,11 +133,11 @@ class OpenVINOTarget:
         *,
         counts: np.ndarray | None = None,
     ) -> torch.Tensor:
-        """input_ids [n, T], every row's T tokens real (a decode or verify pass) -> logits [n, 1 or T, V].
+        """input_ids [n, T] (a decode or verify pass) -> logits [n, 1 or T, V].
 
-        `counts` [n]: a verify whose rows found drafts of different lengths feeds each row its
-        own tokens only (the sequences are flattened anyway); a row's positions past its count
-        get its last counted token's logits."""
+        `counts` [n]: the tokens of each row that matter. A verify whose rows found drafts of
+        different lengths feeds each row those only (the sequences go in flattened anyway), and
+        a row's positions past its count get its last counted token's logits."""
         n, width = input_ids.shape
         starts = layout.positions[:, 0].numpy()
         rows = np.arange(row_start, row_start + n)

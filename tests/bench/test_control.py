@@ -7,6 +7,7 @@ import pytest
 
 from adaptivespec.bench.oracle import crossover
 from adaptivespec.cli import main
+from adaptivespec.engine.openvino_export import openvino_available
 from adaptivespec.engine.suffix_proposer import suffix_available
 
 from ..conftest import TinyPair
@@ -143,19 +144,24 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
     assert "holds:" in capsys.readouterr().out
 
 
-def test_bench_control_on_the_real_engine_takes_a_traffic_mix_and_a_drafter(
-    tiny_pair: TinyPair, tmp_path: Path
+@pytest.mark.parametrize("runtime", ["torch", "openvino"])
+def test_bench_control_on_the_real_engine_takes_a_traffic_mix_a_drafter_and_a_runtime(
+    tiny_pair: TinyPair, tmp_path: Path, runtime: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Shape only: the mix's prompts and the drafter asked for are what the run used."""
+    """Shape only: the mix's prompts, the drafter and the runtime asked for are what the run used."""
+    if runtime == "openvino" and not openvino_available():
+        pytest.skip("openvino is not installed (pip install -e '.[openvino]')")
+    monkeypatch.setenv("ADAPTIVESPEC_CACHE_DIR", str(tmp_path / "cache"))  # the converted model
     out = tmp_path / "mix.json"
     proposer = "suffix" if suffix_available() else "ngram"
     args = ["bench", "control", "--backend", "hf", "--quick", "--target", str(tiny_pair.target)]
-    args += ["--traffic", "agent", "--proposer", proposer, "--max-batch", "2"]
+    args += ["--traffic", "agent", "--proposer", proposer, "--max-batch", "2", "--runtime", runtime]
     assert (
         main([*args, "--steps-per-bucket", "4", "--repeats", "2", "--new-tokens", "4", "--json", str(out)])
         == 0
     )
     scenario = json.loads(out.read_text())["scenario"]
     assert scenario["traffic"] == "agent" and scenario["model_key"].split("+")[1].startswith(proposer)
+    assert scenario["hardware_key"].endswith("+openvino") == (runtime == "openvino")
     low, high = scenario["prompt_tokens"]
     assert 64 < low <= high  # whole agent turns, not 64-token windows

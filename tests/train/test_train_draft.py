@@ -35,7 +35,7 @@ def test_a_head_is_built_once_into_the_cache_and_auto_drafts_with_it(
     monkeypatch.setenv("ADAPTIVESPEC_CACHE_DIR", str(tmp_path / "cache"))
     text = tmp_path / "traffic.txt"
     text.write_text("".join(CORPUS[:4]))
-    cheap = ("ngram", "suffix") if suffix_available() else ("ngram",)
+    cheap = ("copy",) if suffix_available() else ("ngram",)
     assert _auto(tiny_pair) == cheap  # no head yet: the cheap drafters
     assert main(["train-draft", "--target", str(tiny_pair.target), "--text", str(text), *SMALL]) == 0
     out, err = capsys.readouterr()
