@@ -130,7 +130,11 @@ def run(args: argparse.Namespace) -> None:
             "requests": len(requests),
             "max_tokens": args.max_tokens,
             "seed": args.seed,
-            "ngram": {"min": models.ngram_min, "max": models.ngram_max},
+            "ngram": {
+                "min": models.ngram_min,
+                "max": models.ngram_max,
+                "unigram_drafts": models.ngram_unigram_drafts,
+            },
             "suffix": {
                 "spec_factor": models.suffix.max_spec_factor,
                 "min_prob": models.suffix.min_token_prob,

@@ -102,6 +102,12 @@ def add_requests_and_drafters(
     bench.add_argument(
         "--ngram-min", type=int, default=ModelConfig().ngram_min, help="prompt lookup's shortest match"
     )
+    bench.add_argument(
+        "--ngram-unigram-drafts",
+        type=int,
+        default=ModelConfig().ngram_unigram_drafts,
+        help="prompt lookup's drafts from a 1-gram match, at most (K or more: K, as vLLM drafts)",
+    )
     defaults = SuffixSettings()
     bench.add_argument("--suffix-spec-factor", type=float, default=defaults.max_spec_factor)
     bench.add_argument("--suffix-min-prob", type=float, default=defaults.min_token_prob)
@@ -127,6 +133,7 @@ def batch_one_config(args: argparse.Namespace, ks: list[int]) -> EngineConfig:
         device="cpu",
         dtype="float32",
         ngram_min=args.ngram_min,
+        ngram_unigram_drafts=args.ngram_unigram_drafts,
         suffix_spec_factor=args.suffix_spec_factor,
         suffix_min_prob=args.suffix_min_prob,
         runtime="torch",
@@ -186,7 +193,11 @@ def run(args: argparse.Namespace) -> None:
             "rounds": args.rounds,
             "seed": args.seed,
             "batch": 1,
-            "ngram": {"min": models.ngram_min, "max": models.ngram_max},
+            "ngram": {
+                "min": models.ngram_min,
+                "max": models.ngram_max,
+                "unigram_drafts": models.ngram_unigram_drafts,
+            },
             "suffix": asdict(models.suffix),
         },
         "contenders": [_summary(name, runs[name], runs["off"]) for name in names],
