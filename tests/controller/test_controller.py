@@ -64,6 +64,9 @@ def test_learns_close_to_the_oracle_and_beats_every_static_baseline() -> None:
         {"shadow": (ShadowScore("ngram", 2, 4, (5, 1)),)},  # more rows than were scored
         {"shadow": (ShadowScore("ngram", 3, 4, (1, 1)),)},  # one count per drafted position
         {"shadow": (ShadowScore("ngram", 2, 0, (0, 0)),)},  # no row scored
+        {"verified_width": 2.5},  # rows verified more drafts on average than the widest did
+        {"verified_width": -0.5},
+        {"verified_width": math.nan},
     ],
 )
 def test_bad_telemetry_is_rejected_and_counted(bad: dict[str, object]) -> None:
@@ -72,6 +75,13 @@ def test_bad_telemetry_is_rejected_and_counted(bad: dict[str, object]) -> None:
     assert not controller.ingest(_record(**bad))
     assert controller.rejected == 1 and controller.ingested == 0
     assert controller.live.snapshot is before
+
+
+def test_a_step_whose_rows_verified_their_own_drafts_is_taken() -> None:
+    """On a runtime that verifies each row's own drafts the mean width is below the widest."""
+    controller = Controller("m", "h")
+    assert controller.ingest(_record(verified_width=1.25))
+    assert controller.ingested == 1 and controller.rejected == 0
 
 
 def test_overrides_apply_to_the_next_lookup() -> None:
