@@ -60,17 +60,21 @@ def replay(
     requests: Sequence[Decoded], drafters: dict[str, Callable[[], Copying]], k: int
 ) -> dict[str, float]:
     """Tokens per verify step of each drafter alone, and of the best of them at each step."""
-    return {name: _tokens_per_step(requests, [make], k) for name, make in drafters.items()} | {
-        BEST: _tokens_per_step(requests, list(drafters.values()), k)
+    return {name: replay_steps(requests, [make], k)[0] for name, make in drafters.items()} | {
+        BEST: replay_steps(requests, list(drafters.values()), k)[0]
     }
 
 
-def _tokens_per_step(requests: Sequence[Decoded], makers: list[Callable[[], Copying]], k: int) -> float:
+def replay_steps(
+    requests: Sequence[Decoded], makers: list[Callable[[], Copying]], k: int
+) -> tuple[float, float]:
+    """Tokens per verify step, and drafts verified per step (what a verify that feeds each row
+    its own drafts pays for), of the drafters' best draft at each step."""
     proposers = [make() for make in makers]  # fresh, as each contender's runner in `bench drafters`
     width = max(len(r.prompt) + len(r.written) for r in requests) + k + 1
     rows = RowState.allocate(1, width, torch.device("cpu"))
     only = np.arange(1)
-    tokens = steps = 0
+    tokens = steps = drafted = 0
     for request in requests:
         prompt = list(request.prompt)
         # A row takes the next request as the runner's prefill has it: the drafters see the row's
@@ -87,14 +91,14 @@ def _tokens_per_step(requests: Sequence[Decoded], makers: list[Callable[[], Copy
         while made < len(request.output):
             rows.set_lens(0, [len(prompt) + made])
             chosen = target[None, made : made + k + 1]  # [1, K + 1], as a greedy verify chooses
-            kept = max(
-                int(kept_prefix(chosen, *proposer.draft_rows(rows, only, k))[0]) for proposer in proposers
-            )
+            drafts = [proposer.draft_rows(rows, only, k) for proposer in proposers]
+            kept, count = max((int(kept_prefix(chosen, *d)[0]), int(d[1][0])) for d in drafts)
             made += kept + 1
+            drafted += count
             steps += 1
         rows.set_lens(0, [len(prompt) + min(made, len(request.written))])
         tokens += len(request.output) - 1
-    return tokens / max(steps, 1)
+    return tokens / max(steps, 1), drafted / max(steps, 1)
 
 
 def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

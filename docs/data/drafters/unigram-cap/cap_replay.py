@@ -1,5 +1,5 @@
 """Prompt lookup with a 1-gram match's drafts capped, replayed over the default model's greedy
-outputs (as `bench copy-ceiling` replays): tokens per verify step, and drafts verified per step
+outputs with `bench copy-ceiling`'s replay: tokens per verify step, and drafts verified per step
 (what a verify that feeds each row its own drafts costs), for each cap.
 
     python docs/data/drafters/unigram-cap/cap_replay.py --json docs/data/drafters/unigram-cap/replay.json
@@ -9,43 +9,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from adaptivespec.bench.copy_ceiling import Decoded, decode_requests
+from adaptivespec.bench.copy_ceiling import decode_requests, replay_steps
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.sibling_runners import sibling
 from adaptivespec.bench.traffic_mixes import prompts
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.proposers import NgramProposer
-from adaptivespec.engine.rows import RowState
-from adaptivespec.engine.verification import kept_prefix
 
 MIXES = [("chat", 0), ("chat", 1), ("code-edit", 1), ("agent", 0)]
 CAPS = [None, 1, 2, 3]
-
-
-def replay(requests: list[Decoded], lookup: NgramProposer, k: int) -> tuple[float, float]:
-    width = max(len(r.prompt) + len(r.written) for r in requests) + k + 1
-    rows = RowState.allocate(1, width, torch.device("cpu"))
-    tokens = steps = drafted = 0
-    for request in requests:
-        prompt = list(request.prompt)
-        rows.write_prompt(0, prompt + list(request.written))
-        target = np.full(len(request.written) + k + 1, -1, dtype=np.int64)
-        target[: len(request.written)] = request.written
-        made = 1
-        while made < len(request.output):
-            rows.set_lens(0, [len(prompt) + made])
-            drafts, n = lookup.draft_rows(rows, np.arange(1), k)
-            made += int(kept_prefix(target[None, made : made + k + 1], drafts, n)[0]) + 1
-            drafted += int(n[0])
-            steps += 1
-        tokens += len(request.output) - 1
-    return tokens / steps, drafted / steps
 
 
 def main() -> None:
@@ -67,7 +45,7 @@ def main() -> None:
         decoded = decode_requests(lambda: sibling(loaded.runner, None, config), requests, 128, 16)
         for k in (4, 8):
             for cap in CAPS:
-                per_step, drafts = replay(decoded, NgramProposer(3, 1, cap), k)
+                per_step, drafts = replay_steps(decoded, [partial(NgramProposer, 3, 1, cap)], k)
                 figures[f"{traffic} seed {seed} K {k} cap {cap}"] = {
                     "tokens_per_step": per_step,
                     "drafts_per_step": drafts,
