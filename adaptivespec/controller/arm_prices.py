@@ -1,10 +1,7 @@
 """What each arm of a cell is worth, as one step sees it: a point estimate and its bounds.
 
 An arm's price is its expected goodput: tokens per row at that arm (its drafter's pooled
-acceptance at that K) over its step seconds, relative to the cell's scale. Every arm's step
-seconds are taken at the lower quartile of its steps: an arm measured a few times has its
-location moved there by its rank offset (robust_stat.py) times the cell's typical spread, so
-that one probe's step and a held arm's window compare like with like. Bounds are
+acceptance at that K) over its step seconds, relative to the cell's scale. Bounds are
 symmetric about it by the arm's measured error, except in four cases:
 - the upper bound of another drafter's arm than the decision's takes the tokens that drafter
   may yet keep (`hoped`: each acceptance rate a standard error up), so that a drafter measured
@@ -45,7 +42,6 @@ MIN_RELATIVE_ERROR = 0.02
 # A machine whose slow steps (90th percentile) take 1.5x its typical one: there a single step
 # may well have stalled, and is not enough to price an arm out alone. On a quieter one it is.
 NOISY_TAIL = 0.5
-MAX_SPREAD = 0.5  # the most relative jitter a probe's location is moved by (see `_at_quartile`)
 LINE_SAMPLES = 4.0  # the steps the cost line drawn through an arm's neighbours counts for
 
 
@@ -75,7 +71,6 @@ class ArmPrices:
         hoped: Mapping[Arm, float] | None = None,
         verify: Mapping[Arm, Summary] | None = None,
     ) -> ArmPrices:
-        times = _at_quartile(times)
         seconds, support = _shrunk(times)
         return cls(
             arms,
@@ -221,44 +216,6 @@ def _unmeasured_seconds(
 ) -> float | None:
     """The step time the cost model would bound a measured arm by, were it unmeasured."""
     return OptimisticCosts({j: t for j, t in best_case.items() if j != k}, floor, verify).seconds(k)
-
-
-@dataclass(frozen=True, slots=True)
-class _Located:
-    """A step-time estimate moved to the lower quartile; reads as the estimate it came from."""
-
-    mean: float
-    var: float
-    count: int
-    samples: int
-
-
-def _at_quartile(times: Mapping[Arm, Summary]) -> Mapping[Arm, Summary]:
-    """Each estimate at its steps' lower quartile: its location over 1 + its rank offset (in
-    standard deviations: robust_stat.py) times the cell's spread, the median relative one of
-    its arms measured over enough steps to have one. A single probe otherwise reads at the
-    median, above the held arm's quartile by 0.67 of the machine's jitter, and the arm held
-    longest stays the cheapest (docs/decisions.md). Pooled estimates (the fleet's, a
-    restored one) carry no offset; nor does a cell with no arm to take a spread from."""
-    spreads = sorted(
-        sqrt(stat.var) / stat.mean
-        for stat in times.values()
-        if samples_of(stat) >= MIN_ROBUST and stat.mean > 0
-    )
-    if not spreads:
-        return times
-    # A spread as wide as the step is no jitter to correct by: a machine that slow to settle
-    # moves a probe by at most this much of it.
-    spread = min(spreads[len(spreads) // 2], MAX_SPREAD)
-    located: dict[Arm, Summary] = {}
-    for k, stat in times.items():
-        offset = getattr(stat, "rank_offset", 0.0)
-        located[k] = (
-            _Located(stat.mean / (1.0 + offset * spread), stat.var, stat.count, samples_of(stat))
-            if offset and stat.count
-            else stat
-        )
-    return located
 
 
 def _shrunk(times: Mapping[Arm, Summary]) -> tuple[dict[Arm, float], dict[Arm, float]]:

@@ -9,15 +9,11 @@ median of a few steps is then often a stalled figure. A stall only ever slows a 
 location is the window's lower quartile (an order statistic: it stands while a quarter of the
 steps are clean), and the spread is the lower half's, median less first quartile scaled to a
 normal standard deviation, so an interval still widens with measured noise. The lower
-quartile sits below a quiet machine's mean by a fraction of its jitter, alike for every arm
-measured over a window, so arms compare as their means would. An arm measured a few times is
-another statistic: one step is a draw about the median, the smallest of four sits below the
-quartile. `rank_offset` says by how much, so that a cell can price every arm at the quartile
-(arm_prices.py): otherwise the arm held longest reads cheapest, and holds. Where stalls scale
-with the step, the unstalled figure also ranks arms as their means would; where a stall adds
-the same seconds to any step (a lost time slice, as on the 2-core hosts measured), it
-under-values the arms that keep more tokens a step and so meet fewer stalls per token
-(docs/results.md, the controller on a busy machine).
+quartile sits below a quiet machine's mean by a fraction of its jitter, alike for every arm,
+so arms compare as their means would. Where stalls scale with the step, the unstalled figure
+also ranks arms as their means would; where a stall adds the same seconds to any step (a lost
+time slice, as on the 2-core hosts measured), it under-values the arms that keep more tokens a
+step and so meet fewer stalls per token (docs/results.md, the controller on a busy machine).
 
 Fields `mean`, `var` and `count` mean what `EWStat`'s do, so the store, the fleet's totals and
 the cells read either alike; a restored stat starts from them until its window has samples.
@@ -28,12 +24,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 
 WINDOW = 24  # steps: about what an exponential mean with fading 0.1 remembers (19)
 HALF_IQR_TO_SIGMA = 0.6745  # median - first quartile of a normal distribution, in standard deviations
 MIN_ROBUST = 4  # fewer samples than this: their smallest and plain variance
-BLOM = 0.375  # E(k-th smallest of n normal draws) ~ inv_cdf((k - BLOM) / (n + 1 - 2 BLOM))
 
 
 @dataclass(slots=True)
@@ -67,19 +61,6 @@ class RobustStat:
             return  # a few new steps do not outweigh what was restored
         self._restored = False
         self.mean, self.var = _location_and_spread(sorted(self._recent))
-
-    @property
-    def rank_offset(self) -> float:
-        """Where the location's expectation sits above the steps' lower quartile, in their
-        standard deviations, by normal order statistics (Blom's approximation): one step, a
-        median's draw, +0.67; the smallest of four -0.37; a full window's quartile about 0. A
-        restored location was a quartile: 0."""
-        n = len(self._recent)
-        if self._restored or n == 0:
-            return 0.0
-        rank = 1 + (0 if n < MIN_ROBUST else (n - 1) // 4)  # 1-based, as `_location_and_spread` takes it
-        normal = NormalDist()
-        return normal.inv_cdf((rank - BLOM) / (n + 1 - 2 * BLOM)) - normal.inv_cdf(0.25)
 
     @property
     def samples(self) -> int:
