@@ -30,7 +30,7 @@ from adaptivespec.engine.packed_linear import can_pack, pack_linears
 from adaptivespec.engine.proposers import CatchUp, Proposal
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState, upload
-from adaptivespec.engine.sampling import BatchSampling, choices
+from adaptivespec.engine.sampling import BatchSampling, choices, last_argmax
 from adaptivespec.errors import ModelLoadError
 
 # A row missing more columns than this is caught up in a forward of its own (catch_up_groups).
@@ -104,7 +104,7 @@ class Eagle3Proposer:
         """logits [B, 1, Vd] -> each row's draft [B], a target id: the argmax, or for sampled rows
         the draw under the noise the target will use at that position, over the target's ids."""
         if sampling.all_greedy:  # the maps keep the ids' order: no need to widen the logits
-            return self.head.to_target_ids(logits[:, 0].argmax(dim=-1))
+            return self.head.to_target_ids(last_argmax(logits[:, 0]))
         full = self.head.target_logits(logits, self.target_width)  # [B, 1, V]
         return choices(full, sampling, self.target_width, offset=offset)[:, 0]
 

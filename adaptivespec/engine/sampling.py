@@ -156,13 +156,26 @@ def choices(
     argmax for greedy rows, the Gumbel-max under the row's noise for the others. `width`:
     the vocabulary the noise is drawn over (the target's, when a draft's logits are narrower);
     `offset`: positions past the rows' `positions` (a drafter's j-th draft)."""
-    argmax = logits.argmax(dim=-1)
+    argmax = last_argmax(logits)
     if sampling.all_greedy:
         return argmax
     vocab = logits.shape[-1]
     races = sampling.noise(logits.shape[1], width or vocab, logits.device, offset)[..., :vocab]
-    sampled = (probabilities(logits, sampling) / races).argmax(dim=-1)  # p = 0: never picked
+    sampled = last_argmax(probabilities(logits, sampling) / races)  # p = 0: never picked
     return torch.where(sampling.greedy.to(logits.device).unsqueeze(1), argmax, sampled)
+
+
+def last_argmax(x: torch.Tensor) -> torch.Tensor:
+    """x [..., V] -> the index of each row's largest value [...] (int64; the first on a tie).
+
+    On the CPU, float32 goes through numpy's reduction: torch's keeps an index beside every
+    value and runs several times slower, and at a verify's width (B x (K + 1) rows of the
+    vocabulary) it costs a measurable share of a step (docs/results.md). Same ties, same ids."""
+    if x.device.type == "cpu" and x.dtype == torch.float32:
+        return torch.from_numpy(
+            np.ascontiguousarray(x.detach().numpy().argmax(axis=-1)).astype(np.int64, copy=False)
+        )
+    return x.argmax(dim=-1)
 
 
 def next_tokens(logits: torch.Tensor, sampling: BatchSampling) -> torch.Tensor:
