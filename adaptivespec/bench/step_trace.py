@@ -1,7 +1,8 @@
 """`bench control --trace FILE`: one JSON line per step of the adaptive policy, to read what its
 controller saw and did without wrapping it: the arm each step ran, the drafts it verified a row
 (fewer than K when its drafter found fewer), its seconds and tokens, and its cell's decision and
-next arm once the step was learned from."""
+next arm once the step was learned from, and what the cell priced each measured arm at then:
+its expected tokens a row, its step time and the steps that stands on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from typing import TextIO
 
 from adaptivespec.controller.arms import arm
+from adaptivespec.controller.cell_table import cell_key
 from adaptivespec.controller.controller import Controller
 from adaptivespec.engine.telemetry import StepTelemetry
 
@@ -40,5 +42,17 @@ class StepTrace:
             "emitted": record.emitted,
             "decided": None if decided is None else str(decided),
             "next": str(arm(live.method_for(record.batch_size, context) or controller.drafter(""), next_k)),
+            "priced": self._priced(record.batch_size, context),
         }
         self.out.write(json.dumps(line) + "\n")
+
+    def _priced(self, batch: int, context: int) -> dict[str, list[float]]:
+        """Per measured arm of the step's cell: [tokens a row, step ms, steps it stands on]."""
+        key = cell_key(batch, context)
+        if key not in self.controller.cells:
+            return {}
+        prices = self.controller.cells[key].prices(self.controller.acceptance_of(key[0]))
+        return {
+            str(a): [round(prices.tokens[a], 3), round(seconds * 1e3, 3), round(prices.support[a], 1)]
+            for a, seconds in sorted(prices.seconds.items())
+        }

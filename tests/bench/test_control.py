@@ -111,6 +111,10 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
         assert 0 <= line["width"] <= int(line["ran"].partition(":")[2] or 0)
         assert line["step_ms"] > 0 and line["emitted"] >= line["batch"] >= 1
         assert line["decided"] is not None and line["next"]  # the step's own cell was visited
+        # what the cell priced its measured arms at: the arm just run among them
+        assert line["ran"] in line["priced"]
+        for tokens, ms, steps in line["priced"].values():
+            assert tokens >= 1.0 and ms > 0 and steps >= 1
     assert report["scenario"]["background_load"] == 1
     # threads left to the engine: what it ran on, beside how busy the other processes kept the CPUs
     assert 1 <= report["scenario"]["threads_at_end"] <= report["scenario"]["usable_cpus"]
