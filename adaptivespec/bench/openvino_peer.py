@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from adaptivespec.bench.traffic import Request, Served
 from adaptivespec.engine.model_cache import cache_dir
@@ -80,8 +81,19 @@ class OpenVINO:
             spec_path.write_text(json.dumps(spec))
             subprocess.run([str(self.python), str(WORKER), str(spec_path), str(out_path)], check=True)
             result = json.loads(out_path.read_text())
-        served = [
-            Served(request, s["sent"], s["chunk_times"], s["tokens"])
-            for request, s in zip(traffic, result["served"], strict=True)
-        ]
-        return served, {"openvino_genai": result["openvino_genai"], "openvino": result["openvino"]}
+        return served_from(traffic, result), {
+            "openvino_genai": result["openvino_genai"],
+            "openvino": result["openvino"],
+        }
+
+
+def served_from(traffic: list[Request], result: dict[str, Any]) -> list[Served]:
+    """The worker's streams, each timed from its request's arrival as scheduled (the worker's
+    clock starts at the first arrival), as ours are. Not from when the worker added it: the
+    worker adds a request only between steps, so a request that arrived during a step was
+    added when the step ended, and timed from there its TTFT left out the wait for that step,
+    which ours counts (docs/decisions.md, 2026-12-06, sixth entry)."""
+    return [
+        Served(request, request.arrival, s["chunk_times"], s["tokens"])
+        for request, s in zip(traffic, result["served"], strict=True)
+    ]

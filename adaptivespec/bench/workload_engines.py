@@ -84,7 +84,9 @@ class Harness:
         async def one(request: Request) -> Served:
             await asyncio.sleep(max(0.0, began + request.arrival - time.perf_counter()))
             params = SamplingParams(max_tokens=request.max_tokens, temperature=0.0, ignore_eos=True)
-            served = Served(request, time.perf_counter(), [], [])
+            # Timed from its arrival as scheduled, as every engine's requests are (traffic.py),
+            # not from when this task woke to send it.
+            served = Served(request, began + request.arrival, [], [])
             async for event in engine.submit(request.prompt, params):
                 if event.finish_reason == "error":
                     raise RuntimeError(f"a request failed: {event.error}")

@@ -248,3 +248,46 @@ def test_a_warmed_controller_is_stated_and_its_warm_up_is_not_measured(
     assert "warmed on a pass of the next seed's requests" in report["method"]["controller"]
     adaptive = report["rates"][0]["engines"]["ours-adaptive"]
     assert adaptive["requests"] == 4 and adaptive["mismatches"] == 0
+
+
+def test_the_openvino_peer_is_timed_from_each_arrival_not_from_when_its_worker_added_it() -> None:
+    """The worker adds a request only between its steps: one that arrived during a step is
+    added when the step ends. Timed from there, its TTFT would leave out the wait that ours
+    counts; both are timed from the arrival as scheduled."""
+    from adaptivespec.bench.openvino_peer import served_from
+
+    traffic = [Request(0.0, [1, 2], 2), Request(0.25, [3], 2)]
+    result = {"served": [
+        {"sent": 0.001, "chunk_times": [0.1, 0.2], "tokens": [5, 6]},
+        {"sent": 0.29, "chunk_times": [0.4, 0.45], "tokens": [7, 8]},  # added after a step ended
+    ]}  # fmt: skip
+    served = served_from(traffic, result)
+    assert [s.sent for s in served] == [0.0, 0.25]
+    assert served[1].ttft == pytest.approx(0.15)  # from 0.25, not 0.29
+
+
+def test_ours_is_timed_from_each_arrival_as_scheduled(tiny_pair: TinyPair) -> None:
+    """Ours times a request from its arrival as scheduled, as the peers do: not from when the
+    task that sends it woke (late by whatever else the event loop was doing)."""
+    import asyncio
+    from dataclasses import replace
+
+    from adaptivespec.bench.workload_engines import Harness, adaptive_policy
+    from adaptivespec.engine.engine import compute_thread
+    from adaptivespec.engine.loader import load_runner
+
+    from ..conftest import engine_config
+
+    config = replace(engine_config(tiny_pair, "ngram", max_spec_tokens=4), threads=1)
+    compute = compute_thread()
+    try:
+        loaded = compute.submit(load_runner, config, False).result()
+        harness = Harness(loaded, compute, config, adaptive_policy(loaded), 2, None, 0.0)
+        prompt = loaded.tokenizer.encode("one two three four", add_special_tokens=False)
+        traffic = [Request(0.0, prompt, 24), Request(0.03, prompt, 8), Request(0.07, prompt, 8)]
+        served = asyncio.run(harness.server("ours-off")(traffic))
+    finally:
+        compute.shutdown(wait=True)
+    # exactly the scheduled gaps: a wake-up time would be late by a varying fraction of a ms
+    assert [s.sent - served[0].sent for s in served] == pytest.approx([0.0, 0.03, 0.07], abs=1e-9)
+    assert all(s.ttft > 0 for s in served)
