@@ -229,7 +229,12 @@ class Engine:
         batch = list(self.scheduler.running)
         context = sum(len(s) for s in batch) / len(batch) if batch else 0.0
         fused = bool(batch) and self._fuses(len(batch), context)
-        admission = self.scheduler.admit(self.pacer.budget(len(batch), waiting, fused=fused))
+        budget = (
+            self.pacer.budget(len(batch), waiting, fused=fused)
+            if batch
+            else self.pacer.idle_budget(self.scheduler.queued_tokens())
+        )
+        admission = self.scheduler.admit(budget)
         await self._move(moves)
         await self._move(admission.moves)  # after compaction's: they start from where it left rows
         if not admission.chunks:

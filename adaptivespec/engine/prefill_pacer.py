@@ -8,7 +8,8 @@ many prompts still drains at a rate that grows with it. It sizes the chunk from 
 measurements: a prefill forward costs a fixed part (reading the weights, as a decode step
 does) plus a part per token, fitted over recent prefills; a chunk that goes into the decode
 step's forward (segments.py) costs only what it adds to the step, fitted apart. With no
-stream decoding there is nothing to protect, and prompts go in up to the step's ceiling.
+stream decoding there is nothing to protect, and prompts go in up to the step's ceiling, but
+not all in one forward where that delays the first of them for nothing (`idle_budget`).
 PACE is 0.6 rather than nearer 1: on a small CPU the p99 of the gaps sits well above their
 typical length, and the bar is the p99 at twice the steady gap.
 
@@ -128,6 +129,29 @@ class PrefillPacer:
         shares = max(1, waiting) * max(1.0, STALL_STREAMS / decoding)
         tokens = cost.tokens_within(PACE * shares * self._full_house_step(self.step_seconds, decoding))
         return max(SMALLEST_CHUNK, min(tokens, self.ceiling))
+
+    def idle_budget(self, queued: list[int]) -> int:
+        """Prompt tokens for a step while no stream decodes; `queued`: each waiting prompt's
+        tokens to prefill, in the order they go in.
+
+        Prompts fed together all reach their first token when the forward ends. Fed apart,
+        the first reaches it sooner by the second's tokens, and the second later by one more
+        forward's fixed part: apart lowers their summed time to first token when the second's
+        tokens cost more than that fixed part (on a CPU, where a prefill's time grows with
+        its tokens from a few dozen on, any but the shortest prompt; on a GPU, whose fixed part
+        dwarfs short prompts' tokens, rarely). So a prompt joins the ones before it in the
+        forward only while its own tokens cost at most the fixed part; a prompt left out goes in
+        at the next step, beside the first's decoding."""
+        line = self.cost.line()
+        if line is None or not queued:
+            return self.ceiling  # nothing fitted yet to tell the two parts apart
+        fixed, per_token = line
+        budget = queued[0]
+        for tokens in queued[1:]:
+            if per_token * tokens > fixed:
+                break
+            budget += tokens
+        return max(1, min(budget, self.ceiling))
 
     def _full_house_step(self, recent: float, decoding: int) -> float:
         """A decode step of STALL_STREAMS streams, as the step times by batch imply; never less

@@ -77,6 +77,12 @@ class Scheduler:
         rest = 0 if self.partial is None else self._remaining(self.partial)
         return rest + sum(len(s.prompt_ids) for s in self.waiting if not s.aborted)
 
+    def queued_tokens(self) -> list[int]:
+        """The prompt tokens still to prefill of each prompt, in the order `admit` takes them
+        (the one part-way through first)."""
+        rest = [] if self.partial is None else [self._remaining(self.partial)]
+        return rest + [len(s.prompt_ids) for s in self.waiting if not s.aborted]
+
     def add(self, sequence: Sequence) -> None:
         if len(self.waiting) >= self.max_queued:
             self._drop_aborted()  # a client that gave up does not hold a place in the queue

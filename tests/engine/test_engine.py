@@ -395,3 +395,34 @@ async def test_sampled_output_is_the_same_at_every_k_and_beside_any_batch(
         assert [c.token_ids for c in alone] == outputs[k][:4]
     assert outputs[1] == outputs[0] and outputs[4] == outputs[0] and outputs[8] == outputs[0]
     assert len({tuple(o) for o in outputs[0]}) > 12  # the seeds and temperatures matter
+
+
+def test_prompts_arriving_together_at_an_idle_engine_reach_the_first_token_one_by_one(
+    tiny_pair: TinyPair,
+) -> None:
+    """Two prompts submitted together to an idle engine, after the pacer has fitted a line
+    whose fixed part is below the second prompt's tokens: the first prompt's first token comes
+    a step before the second's, from a prefill of its own."""
+    loaded = load_runner(engine_config(tiny_pair, "ngram"), progress=False)
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    prompts = [list(range(5, 5 + n)) for n in (40, 60)]
+
+    async def serve() -> list[int]:
+        engine = Engine(loaded.runner, loaded.tokenizer, FixedK(0), engine_config(tiny_pair, "ngram"))
+        await engine.start()
+        for tokens in (16, 64, 128):  # a fitted line: 1 ms a forward, 1 ms a token (60 tokens: 60 ms)
+            engine.pacer.prefilled(tokens, 0.001 + 0.001 * tokens)
+        steps_at_first: list[int] = []
+
+        async def one(prompt: list[int]) -> None:
+            async for event in engine.submit(prompt, params):
+                if event.token_ids:
+                    steps_at_first.append(engine.steps)
+                    return
+
+        await asyncio.gather(*(one(p) for p in prompts))
+        await engine.stop()
+        return steps_at_first
+
+    first, second = asyncio.run(serve())
+    assert second > first

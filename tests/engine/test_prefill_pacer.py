@@ -138,3 +138,19 @@ def test_the_full_house_step_is_capped_by_the_streams() -> None:
     assert recent is not None
     shares = STALL_STREAMS / 2
     assert pacer.budget(decoding=2, waiting=1) <= PACE * shares * recent * shares / 0.001 + 1
+
+
+def test_an_idle_step_feeds_a_prompt_apart_when_its_tokens_cost_more_than_a_forward() -> None:
+    """Nothing decodes. Fed together, prompts reach their first token together; fed apart, the
+    first sooner by the second's tokens and the second later by a forward's fixed part. So a
+    prompt joins the forward only while its tokens cost at most that fixed part."""
+    pacer = PrefillPacer(ceiling=512)
+    assert pacer.idle_budget([131, 200]) == 512  # nothing fitted yet: up to the ceiling
+    _fed(pacer, [16, 64, 128, 256], fixed=0.020, per_token=0.0006)  # a CPU: 20 ms, 0.6 ms a token
+    assert pacer.idle_budget([131, 200]) == 131  # 200 tokens cost 120 ms > 20: the first alone
+    assert pacer.idle_budget([131, 30, 20, 200]) == 131 + 30 + 20  # 18 and 12 ms ride along
+    assert pacer.idle_budget([600, 10]) == 512  # the ceiling still bounds one prompt's chunk
+    assert pacer.idle_budget([]) == 512
+    gpu = PrefillPacer(ceiling=512)
+    _fed(gpu, [16, 64, 128, 256], fixed=0.012, per_token=0.00002)  # weights dominate
+    assert gpu.idle_budget([131, 200, 150]) == 481  # all together: 4 ms of tokens < 12 ms
