@@ -74,8 +74,7 @@ class Scheduler:
     @property
     def prefill_backlog(self) -> int:
         """Prompt tokens still to prefill: the waiting requests', and the rest of a chunked one."""
-        rest = 0 if self.partial is None else self._remaining(self.partial)
-        return rest + sum(len(s.prompt_ids) for s in self.waiting if not s.aborted)
+        return sum(self.queued_tokens())
 
     def queued_tokens(self) -> list[int]:
         """The prompt tokens still to prefill of each prompt, in the order `admit` takes them

@@ -210,25 +210,11 @@ def test_every_round_of_ours_drafts_as_if_its_requests_were_new(tiny_pair: TinyP
 
     if not suffix_available():
         pytest.skip("arctic-inference is not installed (ops/install-suffix.sh)")
-    import asyncio
-    from dataclasses import replace
-
-    from adaptivespec.bench.workload_engines import Harness, adaptive_policy
-    from adaptivespec.engine.engine import compute_thread
-    from adaptivespec.engine.loader import load_runner
-
-    from ..conftest import engine_config
-
-    config = replace(engine_config(tiny_pair, "suffix", max_spec_tokens=8), threads=1)
-    compute = compute_thread()
-    try:
-        loaded = compute.submit(load_runner, config, False).result()
-        harness = Harness(loaded, compute, config, adaptive_policy(loaded), 8, None, 0.0)
-        prompt = loaded.tokenizer.encode("def add(a, b):\n    return a + b\n", add_special_tokens=False)
-        traffic = [Request(0.0, prompt, 48)]
-        rounds = [asyncio.run(harness.server("ours-fixed")(traffic))[0] for _ in range(3)]
-    finally:
-        compute.shutdown(wait=True)
+    code = "def add(a, b):\n    return a + b\n"
+    rounds = [
+        served[0]
+        for served in _served_by_ours(tiny_pair, "suffix", "ours-fixed", code, [(0.0, 48)], rounds=3)
+    ]
     assert [r.tokens for r in rounds[1:]] == [rounds[0].tokens] * 2
     assert [len(r.chunk_times) for r in rounds[1:]] == [len(rounds[0].chunk_times)] * 2
 
@@ -269,6 +255,23 @@ def test_the_openvino_peer_is_timed_from_each_arrival_not_from_when_its_worker_a
 def test_ours_is_timed_from_each_arrival_as_scheduled(tiny_pair: TinyPair) -> None:
     """Ours times a request from its arrival as scheduled, as the peers do: not from when the
     task that sends it woke (late by whatever else the event loop was doing)."""
+    arrivals = [(0.0, 24), (0.03, 8), (0.07, 8)]
+    (served,) = _served_by_ours(tiny_pair, "ngram", "ours-off", "one two three four", arrivals)
+    # exactly the scheduled gaps: a wake-up time would be late by a varying fraction of a ms
+    assert [s.sent - served[0].sent for s in served] == pytest.approx([0.0, 0.03, 0.07], abs=1e-9)
+    assert all(s.ttft > 0 for s in served)
+
+
+def _served_by_ours(
+    pair: TinyPair,
+    proposer: str,
+    engine: str,
+    text: str,
+    arrivals: list[tuple[float, int]],
+    *,
+    rounds: int = 1,
+) -> list[list[Served]]:
+    """`rounds` serves by one of ours (K up to 8) of requests for `text` at (arrival, max tokens)."""
     import asyncio
     from dataclasses import replace
 
@@ -278,16 +281,13 @@ def test_ours_is_timed_from_each_arrival_as_scheduled(tiny_pair: TinyPair) -> No
 
     from ..conftest import engine_config
 
-    config = replace(engine_config(tiny_pair, "ngram", max_spec_tokens=4), threads=1)
+    config = replace(engine_config(pair, proposer, max_spec_tokens=8), threads=1)
     compute = compute_thread()
     try:
         loaded = compute.submit(load_runner, config, False).result()
-        harness = Harness(loaded, compute, config, adaptive_policy(loaded), 2, None, 0.0)
-        prompt = loaded.tokenizer.encode("one two three four", add_special_tokens=False)
-        traffic = [Request(0.0, prompt, 24), Request(0.03, prompt, 8), Request(0.07, prompt, 8)]
-        served = asyncio.run(harness.server("ours-off")(traffic))
+        harness = Harness(loaded, compute, config, adaptive_policy(loaded), 8, None, 0.0)
+        prompt = loaded.tokenizer.encode(text, add_special_tokens=False)
+        traffic = [Request(at, prompt, tokens) for at, tokens in arrivals]
+        return [asyncio.run(harness.server(engine)(traffic)) for _ in range(rounds)]
     finally:
         compute.shutdown(wait=True)
-    # exactly the scheduled gaps: a wake-up time would be late by a varying fraction of a ms
-    assert [s.sent - served[0].sent for s in served] == pytest.approx([0.0, 0.03, 0.07], abs=1e-9)
-    assert all(s.ttft > 0 for s in served)
