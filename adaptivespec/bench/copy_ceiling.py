@@ -30,6 +30,7 @@ from adaptivespec.bench.drafters import (
     batch_one_config,
     chosen_drafters,
     decode_all,
+    ngram_settings,
 )
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.sibling_runners import MODEL_FREE, model_free_proposer, sibling
@@ -134,11 +135,7 @@ def run(args: argparse.Namespace) -> None:
             "requests": len(requests),
             "max_tokens": args.max_tokens,
             "seed": args.seed,
-            "ngram": {
-                "min": models.ngram_min,
-                "max": models.ngram_max,
-                "unigram_drafts": models.ngram_unigram_drafts,
-            },
+            "ngram": ngram_settings(models),
             "suffix": {
                 "spec_factor": models.suffix.max_spec_factor,
                 "min_prob": models.suffix.min_token_prob,

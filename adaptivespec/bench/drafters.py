@@ -113,6 +113,11 @@ def add_requests_and_drafters(
     bench.add_argument("--suffix-min-prob", type=float, default=defaults.min_token_prob)
 
 
+def ngram_settings(models: ModelConfig) -> dict[str, int]:
+    """Prompt lookup's settings as the drafter benches record them."""
+    return {"min": models.ngram_min, "max": models.ngram_max, "unigram_drafts": models.ngram_unigram_drafts}
+
+
 def chosen_drafters(args: argparse.Namespace, allowed: Sequence[str]) -> list[str]:
     """`--drafters`, checked: each one known, and suffix's trees installed where it is named."""
     drafters = [d for d in args.drafters.split(",") if d]
@@ -193,11 +198,7 @@ def run(args: argparse.Namespace) -> None:
             "rounds": args.rounds,
             "seed": args.seed,
             "batch": 1,
-            "ngram": {
-                "min": models.ngram_min,
-                "max": models.ngram_max,
-                "unigram_drafts": models.ngram_unigram_drafts,
-            },
+            "ngram": ngram_settings(models),
             "suffix": asdict(models.suffix),
         },
         "contenders": [_summary(name, runs[name], runs["off"]) for name in names],

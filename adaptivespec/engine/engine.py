@@ -222,19 +222,15 @@ class Engine:
         own forward (segments.py), and this returns True: the step is done.
         """
         moves = self.scheduler.compact()  # rows of finished requests are freed first
-        waiting = self.scheduler.prompts_waiting
-        if not waiting:
+        if not self.scheduler.prompts_waiting:  # aborted ones count: admit fails them
             await self._move(moves)
             return False
         batch = list(self.scheduler.running)
         context = sum(len(s) for s in batch) / len(batch) if batch else 0.0
         fused = bool(batch) and self._fuses(len(batch), context)
-        budget = (
-            self.pacer.budget(len(batch), waiting, fused=fused)
-            if batch
-            else self.pacer.idle_budget(self.scheduler.queued_tokens())
+        admission = self.scheduler.admit(
+            self.pacer.budget(len(batch), self.scheduler.queued_tokens(), fused=fused)
         )
-        admission = self.scheduler.admit(budget)
         await self._move(moves)
         await self._move(admission.moves)  # after compaction's: they start from where it left rows
         if not admission.chunks:

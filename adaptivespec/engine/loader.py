@@ -322,8 +322,7 @@ def _drafters(models: ModelConfig, target_dir: str, progress: bool) -> tuple[tup
             "copy": "prompt lookup and suffix decoding (each row the longer draft)",
         }
         said = "drafting with " + ", ".join(named.get(kind, kind) for kind in kinds)
-        said += ", the controller choosing per step which drafts, and K" if len(kinds) > 1 else ""
-        said += ", the controller choosing K per step" if len(kinds) == 1 else ""
+        said += ", the controller choosing per step " + ("which drafts, and K" if len(kinds) > 1 else "K")
         if not cached:
             said += (
                 "; `adaptivespec train-draft` builds an EAGLE-3 head for this target, which serve then "

@@ -9,7 +9,7 @@ measurements: a prefill forward costs a fixed part (reading the weights, as a de
 does) plus a part per token, fitted over recent prefills; a chunk that goes into the decode
 step's forward (segments.py) costs only what it adds to the step, fitted apart. With no
 stream decoding there is nothing to protect, and prompts go in up to the step's ceiling, but
-not all in one forward where that delays the first of them for nothing (`idle_budget`).
+not all in one forward where that delays the first of them for nothing (`_idle`).
 PACE is 0.6 rather than nearer 1: on a small CPU the p99 of the gaps sits well above their
 typical length, and the bar is the p99 at twice the steady gap.
 
@@ -26,6 +26,7 @@ chunk adds a whole step to the prompt's time to first token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -115,12 +116,13 @@ class PrefillPacer:
     step_seconds: float | None = None  # recent decode steps, whatever their batch
     steps: StepTimes = field(default_factory=StepTimes)
 
-    def budget(self, decoding: int, waiting: int, fused: bool = False) -> int:
-        """Prompt tokens for this step while `decoding` streams decode; `waiting` counts the
-        prompts not yet fully prefilled. `fused`: the chunks go into the decode step's forward,
-        so only what they add counts."""
+    def budget(self, decoding: int, queued: Sequence[int], fused: bool = False) -> int:
+        """Prompt tokens for this step while `decoding` streams decode; `queued`: each prompt
+        not yet fully prefilled, its tokens to go, in the order they go in. `fused`: the chunks
+        go into the decode step's forward, so only what they add counts."""
         if not decoding:
-            return self.ceiling
+            return self._idle(queued)
+        waiting = len(queued)
         if self.fixed:
             return min(self.fixed, self.ceiling)
         cost = self.beside_step if fused else self.cost
@@ -130,9 +132,8 @@ class PrefillPacer:
         tokens = cost.tokens_within(PACE * shares * self._full_house_step(self.step_seconds, decoding))
         return max(SMALLEST_CHUNK, min(tokens, self.ceiling))
 
-    def idle_budget(self, queued: list[int]) -> int:
-        """Prompt tokens for a step while no stream decodes; `queued`: each waiting prompt's
-        tokens to prefill, in the order they go in.
+    def _idle(self, queued: Sequence[int]) -> int:
+        """Prompt tokens for a step while no stream decodes.
 
         Prompts fed together all reach their first token when the forward ends. Fed apart,
         the first reaches it sooner by the second's tokens, and the second later by one more

@@ -12,6 +12,7 @@ from adaptivespec.engine.prefill_pacer import (
 )
 
 FULL = STALL_STREAMS  # streams decoding: PACE's own case
+PROMPT = 300  # a waiting prompt's tokens: only how many wait counts while streams decode
 
 
 def _fed(pacer: PrefillPacer, sizes: list[int], fixed: float, per_token: float) -> None:
@@ -21,19 +22,21 @@ def _fed(pacer: PrefillPacer, sizes: list[int], fixed: float, per_token: float) 
 
 def test_a_step_prefills_what_fits_in_its_share_of_a_decode_step() -> None:
     pacer = PrefillPacer(ceiling=512)
-    assert pacer.budget(decoding=0, waiting=3) == 512  # nothing to protect
-    assert pacer.budget(decoding=FULL, waiting=1) == FIRST_CHUNK  # nothing measured yet
+    assert pacer.budget(decoding=0, queued=[PROMPT] * 3) == 512  # nothing to protect
+    assert pacer.budget(decoding=FULL, queued=[PROMPT] * 1) == FIRST_CHUNK  # nothing measured yet
     pacer.decoded(0.200, FULL)
     _fed(pacer, [FIRST_CHUNK], fixed=0.05, per_token=0.002)  # one size seen, and it fits 20 shares
-    assert pacer.budget(decoding=FULL, waiting=20) > FIRST_CHUNK  # so bigger chunks are tried
+    assert pacer.budget(decoding=FULL, queued=[PROMPT] * 20) > FIRST_CHUNK  # so bigger chunks are tried
     _fed(pacer, [16, 64, 32, 128, 48, 96], fixed=0.05, per_token=0.002)  # 50 ms of weights, 2 ms a token
     pacer.decoded(0.200, FULL)
     fixed, per_token = pacer.cost.line()
     assert fixed == pytest.approx(0.05) and per_token == pytest.approx(0.002)
-    assert abs(pacer.budget(decoding=FULL, waiting=1) - (PACE * 0.200 - 0.05) / 0.002) <= 1  # 35 tokens
+    assert (
+        abs(pacer.budget(decoding=FULL, queued=[PROMPT] * 1) - (PACE * 0.200 - 0.05) / 0.002) <= 1
+    )  # 35 tokens
     # A queue of prompts gets a larger share per step, up to the ceiling.
-    assert abs(pacer.budget(decoding=FULL, waiting=3) - (3 * PACE * 0.200 - 0.05) / 0.002) <= 1
-    assert pacer.budget(decoding=FULL, waiting=50) == 512
+    assert abs(pacer.budget(decoding=FULL, queued=[PROMPT] * 3) - (3 * PACE * 0.200 - 0.05) / 0.002) <= 1
+    assert pacer.budget(decoding=FULL, queued=[PROMPT] * 50) == 512
 
 
 def test_until_two_sizes_are_seen_only_a_size_known_to_fit_is_trusted() -> None:
@@ -43,8 +46,10 @@ def test_until_two_sizes_are_seen_only_a_size_known_to_fit_is_trusted() -> None:
     assert cost.line() is None
     pacer = PrefillPacer(ceiling=512, cost=cost)
     pacer.decoded(0.130, FULL)
-    assert pacer.budget(decoding=FULL, waiting=1) == SMALLEST_CHUNK  # a probe, not 512 / 1 s * 91 ms
-    assert pacer.budget(decoding=FULL, waiting=20) == 512  # 20 shares of 91 ms: 512 tokens fit
+    assert (
+        pacer.budget(decoding=FULL, queued=[PROMPT] * 1) == SMALLEST_CHUNK
+    )  # a probe, not 512 / 1 s * 91 ms
+    assert pacer.budget(decoding=FULL, queued=[PROMPT] * 20) == 512  # 20 shares of 91 ms: 512 tokens fit
     _fed(pacer, [SMALLEST_CHUNK], fixed=0.06, per_token=0.0018)
     line = pacer.cost.line()
     assert line is not None and line[1] > 0  # the probe gave the fit its second size
@@ -59,14 +64,14 @@ def test_a_cost_that_grows_faster_than_the_tokens_still_paces_by_its_slope() -> 
         pacer.prefilled_beside_step(tokens, 0.035 + seconds)
     fixed, per_token = pacer.beside_step.line()
     assert fixed == 0.0 and per_token > 0
-    budget = pacer.budget(decoding=5, waiting=1, fused=True)
+    budget = pacer.budget(decoding=5, queued=[PROMPT] * 1, fused=True)
     shares = STALL_STREAMS / 5
     assert SMALLEST_CHUNK < budget <= PACE * shares * 0.035 / per_token + 1  # not a 16-token probe
 
 
 def test_a_fixed_chunk_is_not_measured() -> None:
     pacer = PrefillPacer(ceiling=100, fixed=300)
-    assert pacer.budget(decoding=FULL, waiting=1) == 100
+    assert pacer.budget(decoding=FULL, queued=[PROMPT] * 1) == 100
 
 
 def test_a_burst_paces_its_second_wave_from_what_the_first_cost() -> None:
@@ -75,24 +80,26 @@ def test_a_burst_paces_its_second_wave_from_what_the_first_cost() -> None:
     learned.prefilled(512, 0.25)  # 16 prompts of 32 tokens into an idle engine
     for pacer in (blind, learned):
         pacer.decoded(0.036, 16)  # then those 16 streams decode
-    assert blind.budget(decoding=FULL, waiting=16) == FIRST_CHUNK
+    assert blind.budget(decoding=FULL, queued=[PROMPT] * 16) == FIRST_CHUNK
     # 16 waiting prompts' shares are 0.40 s, and 512 tokens took 0.25 s: the rest goes in at once.
-    assert learned.budget(decoding=FULL, waiting=16) == 512
-    assert learned.budget(decoding=FULL, waiting=1) == SMALLEST_CHUNK  # one share: a probe
+    assert learned.budget(decoding=FULL, queued=[PROMPT] * 16) == 512
+    assert learned.budget(decoding=FULL, queued=[PROMPT] * 1) == SMALLEST_CHUNK  # one share: a probe
 
 
 def test_chunks_inside_a_decode_step_are_paced_by_what_they_add_to_it() -> None:
     pacer = PrefillPacer(ceiling=512)
     pacer.decoded(0.100, FULL)
     _fed(pacer, [16, 64, 128], fixed=0.05, per_token=0.002)  # forwards of their own
-    alone = pacer.budget(decoding=FULL, waiting=1, fused=True)
+    alone = pacer.budget(decoding=FULL, queued=[PROMPT] * 1, fused=True)
     assert alone == FIRST_CHUNK  # nothing measured inside a step yet
     for tokens in (32, 96, 64, 160):  # a step of 100 ms that carried them: 0.4 ms a token more
         pacer.prefilled_beside_step(tokens, 0.100 + 0.0004 * tokens)
     fixed, per_token = pacer.beside_step.line()
     assert fixed == pytest.approx(0.0, abs=1e-9) and per_token == pytest.approx(0.0004)
-    assert abs(pacer.budget(decoding=FULL, waiting=1, fused=True) - PACE * 0.100 / 0.0004) <= 1  # 175
-    assert pacer.budget(decoding=FULL, waiting=1) == SMALLEST_CHUNK  # alone, 10 tokens would fit
+    assert (
+        abs(pacer.budget(decoding=FULL, queued=[PROMPT] * 1, fused=True) - PACE * 0.100 / 0.0004) <= 1
+    )  # 175
+    assert pacer.budget(decoding=FULL, queued=[PROMPT] * 1) == SMALLEST_CHUNK  # alone, 10 tokens would fit
     assert pacer.step_seconds == pytest.approx(0.100)  # the steps that carried chunks are not its measure
 
 
@@ -100,12 +107,14 @@ def test_fewer_streams_share_the_same_stall_and_the_prompt_goes_in_sooner() -> N
     pacer = PrefillPacer(ceiling=4096)
     pacer.decoded(0.100, FULL)
     _fed(pacer, [16, 64, 32, 128], fixed=0.0, per_token=0.001)
-    full = pacer.budget(decoding=FULL, waiting=1)
+    full = pacer.budget(decoding=FULL, queued=[PROMPT] * 1)
     assert abs(full - PACE * 0.100 / 0.001) <= 1  # 60 tokens: 60 ms of stall for each of 32 streams
     # A quarter of the streams: four times the stall each, the same stream-seconds in all.
-    assert abs(pacer.budget(decoding=FULL // 4, waiting=1) - 4 * full) <= 2
-    assert pacer.budget(decoding=1, waiting=1) == pytest.approx(STALL_STREAMS * full, abs=STALL_STREAMS)
-    assert pacer.budget(decoding=2 * FULL, waiting=1) == full  # more streams than that: PACE holds
+    assert abs(pacer.budget(decoding=FULL // 4, queued=[PROMPT] * 1) - 4 * full) <= 2
+    assert pacer.budget(decoding=1, queued=[PROMPT] * 1) == pytest.approx(
+        STALL_STREAMS * full, abs=STALL_STREAMS
+    )
+    assert pacer.budget(decoding=2 * FULL, queued=[PROMPT] * 1) == full  # more streams than that: PACE holds
 
 
 def test_a_light_load_is_allowed_the_stall_a_full_house_would_take_in_stream_seconds() -> None:
@@ -118,13 +127,15 @@ def test_a_light_load_is_allowed_the_stall_a_full_house_would_take_in_stream_sec
     assert pacer.steps.at(FULL) == pytest.approx(0.024 + 0.002 * FULL)
     shares = STALL_STREAMS / 3
     full_house = PACE * shares * (0.024 + 0.002 * FULL) / 0.001
-    assert abs(pacer.budget(decoding=3, waiting=1) - full_house) <= 1  # 917 tokens, not ~350
-    assert pacer.budget(decoding=FULL, waiting=1) < full_house / shares + 1  # a full house: its own step
+    assert abs(pacer.budget(decoding=3, queued=[PROMPT] * 1) - full_house) <= 1  # 917 tokens, not ~350
+    assert (
+        pacer.budget(decoding=FULL, queued=[PROMPT] * 1) < full_house / shares + 1
+    )  # a full house: its own step
     # One batch size alone says nothing of another: the recent steps' time, as before.
     alone = PrefillPacer(ceiling=4096)
     alone.decoded(0.030, 3)
     _fed(alone, [16, 64, 32, 128], fixed=0.0, per_token=0.001)
-    assert abs(alone.budget(decoding=3, waiting=1) - PACE * shares * 0.030 / 0.001) <= 1
+    assert abs(alone.budget(decoding=3, queued=[PROMPT] * 1) - PACE * shares * 0.030 / 0.001) <= 1
 
 
 def test_the_full_house_step_is_capped_by_the_streams() -> None:
@@ -137,7 +148,7 @@ def test_the_full_house_step_is_capped_by_the_streams() -> None:
     recent = pacer.step_seconds
     assert recent is not None
     shares = STALL_STREAMS / 2
-    assert pacer.budget(decoding=2, waiting=1) <= PACE * shares * recent * shares / 0.001 + 1
+    assert pacer.budget(decoding=2, queued=[PROMPT] * 1) <= PACE * shares * recent * shares / 0.001 + 1
 
 
 def test_an_idle_step_feeds_a_prompt_apart_when_its_tokens_cost_more_than_a_forward() -> None:
@@ -145,12 +156,12 @@ def test_an_idle_step_feeds_a_prompt_apart_when_its_tokens_cost_more_than_a_forw
     first sooner by the second's tokens and the second later by a forward's fixed part. So a
     prompt joins the forward only while its tokens cost at most that fixed part."""
     pacer = PrefillPacer(ceiling=512)
-    assert pacer.idle_budget([131, 200]) == 512  # nothing fitted yet: up to the ceiling
+    assert pacer.budget(decoding=0, queued=[131, 200]) == 512  # nothing fitted yet: up to the ceiling
     _fed(pacer, [16, 64, 128, 256], fixed=0.020, per_token=0.0006)  # a CPU: 20 ms, 0.6 ms a token
-    assert pacer.idle_budget([131, 200]) == 131  # 200 tokens cost 120 ms > 20: the first alone
-    assert pacer.idle_budget([131, 30, 20, 200]) == 131 + 30 + 20  # 18 and 12 ms ride along
-    assert pacer.idle_budget([600, 10]) == 512  # the ceiling still bounds one prompt's chunk
-    assert pacer.idle_budget([]) == 512
+    assert pacer.budget(decoding=0, queued=[131, 200]) == 131  # 200 tokens cost 120 ms > 20: the first alone
+    assert pacer.budget(decoding=0, queued=[131, 30, 20, 200]) == 131 + 30 + 20  # 18 and 12 ms ride along
+    assert pacer.budget(decoding=0, queued=[600, 10]) == 512  # the ceiling still bounds one prompt's chunk
+    assert pacer.budget(decoding=0, queued=[]) == 512
     gpu = PrefillPacer(ceiling=512)
     _fed(gpu, [16, 64, 128, 256], fixed=0.012, per_token=0.00002)  # weights dominate
-    assert gpu.idle_budget([131, 200, 150]) == 481  # all together: 4 ms of tokens < 12 ms
+    assert gpu.budget(decoding=0, queued=[131, 200, 150]) == 481  # all together: 4 ms of tokens < 12 ms
