@@ -219,7 +219,9 @@ class Engine:
         """Prefills newcomers, or the next chunk of a long prompt, within the pacer's budget.
 
         While rows decode at K = 0 and the runner can, the chunks go into the decode step's
-        own forward (segments.py), and this returns True: the step is done.
+        own forward (segments.py), and this returns True: the step is done. It is done too when
+        prompts went in apart and others still wait for a step that can take them with the
+        decode.
         """
         moves = self.scheduler.compact()  # rows of finished requests are freed first
         if not self.scheduler.prompts_waiting:  # aborted ones count: admit fails them
@@ -243,7 +245,11 @@ class Engine:
             await self._decode_with(batch, context, admission.row_start, admission.chunks, items)
             return True
         await self._prefill(admission.row_start, admission.chunks, items)
-        return False
+        # Prompts the pacer left waiting go into the next step's forward, beside the new rows'
+        # first decode, rather than behind a plain step of their own; but a pacer that has not
+        # yet measured a plain step would not know how much such a step can take.
+        waiting = bool(self.scheduler.prompts_waiting) and self.pacer.knows_steps
+        return waiting and self._next_step_fuses()
 
     async def _prefill(self, row_start: int, chunks: list[PromptChunk], items: list[PrefillItem]) -> None:
         """Prefills the chunks together; if that fails, each alone, so that only a request whose
@@ -260,6 +266,10 @@ class Engine:
             return
         self.pacer.prefilled(sum(c.end - c.start for c in chunks), out.seconds)
         self.delivery.first_tokens(chunks, out)
+
+    def _next_step_fuses(self) -> bool:
+        batch = self.scheduler.running
+        return bool(batch) and self._fuses(len(batch), sum(len(s) for s in batch) / len(batch))
 
     def _fuses(self, batch: int, context: float) -> bool:
         """Whether this step would be a plain one that can take the prompt chunks in its forward."""
@@ -284,7 +294,7 @@ class Engine:
             await self._plain_step(batch, context)
             await self._prefill(row_start, chunks, items)
             return
-        self.pacer.prefilled_beside_step(sum(c.end - c.start for c in chunks), out.step_seconds)
+        self.pacer.prefilled_beside_step(sum(c.end - c.start for c in chunks), out.step_seconds, len(batch))
         self.delivery.first_tokens(chunks, prefill)
         self.delivery.decoded(batch, context, out, timed=False, with_prompts=True)
 

@@ -43,6 +43,9 @@ MIN_ADDED_SECONDS = 1e-4  # what a chunk adds to a step is fitted as at least th
 class PrefillCost:
     """seconds ~ fixed + per_token * tokens, least squares over recent prefills."""
 
+    # What chunks add to a decode step: no tokens add nothing, so before two sizes are seen
+    # the cost per token seen prices any size, as a fitted line without a fixed part would.
+    through_origin: bool = False
     n: float = 0.0
     x: float = 0.0
     y: float = 0.0
@@ -75,6 +78,13 @@ class PrefillCost:
         fixed = (self.y - per_token * self.x) / self.n
         return (max(fixed, 0.0), per_token) if per_token > 0 else None
 
+    def per_token(self) -> float | None:
+        """The fitted slope; through the origin, the cost per token seen until there is one."""
+        line = self.line()
+        if line is not None:
+            return line[1]
+        return self.y / self.x if self.through_origin and self.measured else None
+
     def tokens_within(self, seconds: float) -> int:
         """Without a line, cost is taken as proportional to the size seen. Above that size this
         overestimates (the fixed part is paid once), so it is safe; below it, it underestimates,
@@ -82,7 +92,8 @@ class PrefillCost:
         fit its second size."""
         line = self.line()
         if line is None:
-            return int(seconds * self.x / self.y) if self.y / self.n <= seconds else 0
+            fits = self.through_origin or self.y / self.n <= seconds
+            return int(seconds * self.x / self.y) if fits else 0
         fixed, per_token = line
         return int(max(0.0, seconds - fixed) / per_token)
 
@@ -112,7 +123,9 @@ class PrefillPacer:
     ceiling: int  # max_prefill_tokens: the most one step may prefill
     fixed: int = 0  # > 0: this many tokens per step while streams decode, unmeasured
     cost: PrefillCost = field(default_factory=PrefillCost)  # a prefill forward of its own
-    beside_step: PrefillCost = field(default_factory=PrefillCost)  # what chunks add to a decode step
+    beside_step: PrefillCost = field(  # what chunks add to a decode step
+        default_factory=lambda: PrefillCost(through_origin=True)
+    )
     step_seconds: float | None = None  # recent decode steps, whatever their batch
     steps: StepTimes = field(default_factory=StepTimes)
 
@@ -125,7 +138,9 @@ class PrefillPacer:
         waiting = len(queued)
         if self.fixed:
             return min(self.fixed, self.ceiling)
-        cost = self.beside_step if fused else self.cost
+        # Until chunks beside a step are measured, they are priced as prefills of their own:
+        # the same tokens plus a fixed part, so never more than fits.
+        cost = self.beside_step if fused and self.beside_step.measured else self.cost
         if not cost.measured or self.step_seconds is None:
             return min(FIRST_CHUNK, self.ceiling)
         shares = max(1, waiting) * max(1.0, STALL_STREAMS / decoding)
@@ -162,8 +177,20 @@ class PrefillPacer:
             return recent
         full = self.steps.at(STALL_STREAMS)
         if full is None:
+            full = self._extrapolated(STALL_STREAMS)
+        if full is None:
             return recent
         return min(max(full, recent), recent * STALL_STREAMS / decoding)
+
+    def _extrapolated(self, batch: int) -> float | None:
+        """A step of `batch` streams from the largest batch measured, while one size alone gives
+        the step times no line: each stream more adds one token's forward, the slope of the
+        prefill fits (a burst's steps all carry prompt chunks, so its plain steps come late)."""
+        per_token = self.beside_step.per_token() or self.cost.per_token()
+        if not self.steps.by_batch or per_token is None:
+            return None
+        largest = max(self.steps.by_batch)
+        return self.steps.by_batch[largest] + per_token * max(0, batch - largest)
 
     def prefilled(self, tokens: int, seconds: float) -> None:
         """Every prefill is fitted, those fed while nothing decoded too: a burst that arrives at
@@ -172,11 +199,18 @@ class PrefillPacer:
         if tokens > 0:
             self.cost.add(tokens, seconds)
 
-    def prefilled_beside_step(self, tokens: int, seconds: float) -> None:
-        """A decode step that carried `tokens` prompt tokens took `seconds`: fits what they added
-        over a plain step's recent time."""
-        if tokens > 0 and self.step_seconds is not None:
-            self.beside_step.add(tokens, max(seconds - self.step_seconds, MIN_ADDED_SECONDS))
+    @property
+    def knows_steps(self) -> bool:
+        """Whether a plain step has been measured: what sizes a chunk beside one."""
+        return self.step_seconds is not None
+
+    def prefilled_beside_step(self, tokens: int, seconds: float, batch: int) -> None:
+        """A decode step of `batch` streams that carried `tokens` prompt tokens took `seconds`:
+        fits what they added over a plain step of that batch, as measured or as the step times
+        by batch imply (a step of more streams takes longer, and that is not the chunk's)."""
+        plain = self.steps.by_batch.get(batch) or self.steps.at(batch) or self.step_seconds
+        if tokens > 0 and plain is not None:
+            self.beside_step.add(tokens, max(seconds - plain, MIN_ADDED_SECONDS))
 
     def decoded(self, step_seconds: float, batch: int) -> None:
         """A decode step alone, of `batch` streams, took `step_seconds`."""

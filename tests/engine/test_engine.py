@@ -426,3 +426,40 @@ def test_prompts_arriving_together_at_an_idle_engine_reach_the_first_token_one_b
 
     first, second = asyncio.run(serve())
     assert second > first
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_prompt_fed_apart_is_followed_by_a_step_that_takes_the_rest_with_its_decode(
+    tiny_pair: TinyPair, warm: bool
+) -> None:
+    """After an idle step fed the first of two prompts apart, the second goes into the next
+    forward beside the first's decode, not behind a plain step of its own; unless the pacer has
+    not yet measured a plain step, which sizes what a fused step may take."""
+    loaded = load_runner(engine_config(tiny_pair, "ngram"), progress=False)
+    assert loaded.runner.fuses_prompts
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    calls: list[str] = []
+    runner = loaded.runner
+    for name in ("prefill", "decode", "decode_with_prompts"):
+        method = getattr(runner, name)
+        setattr(runner, name, lambda *a, _m=method, _n=name: (calls.append(_n), _m(*a))[1])
+
+    async def serve() -> None:
+        engine = Engine(runner, loaded.tokenizer, FixedK(0), engine_config(tiny_pair, "ngram"))
+        await engine.start()
+        for tokens in (16, 64, 128):  # 1 ms a forward, 1 ms a token: the prompts go in apart
+            engine.pacer.prefilled(tokens, 0.001 + 0.001 * tokens)
+        if warm:
+            engine.pacer.decoded(0.010, 1)
+        streams = [engine.submit(list(range(5, 5 + n)), params) for n in (40, 60)]
+
+        async def drain(stream: AsyncIterator[object]) -> None:
+            async for _ in stream:
+                pass
+
+        await asyncio.gather(*(drain(s) for s in streams))
+        await engine.stop()
+
+    asyncio.run(serve())
+    assert calls[0] == "prefill"
+    assert calls[1] == ("decode_with_prompts" if warm else "decode")

@@ -61,7 +61,7 @@ def test_a_cost_that_grows_faster_than_the_tokens_still_paces_by_its_slope() -> 
     pacer = PrefillPacer(ceiling=512)
     pacer.decoded(0.035, FULL)
     for tokens, seconds in ((162, 0.26), (327, 0.58), (235, 0.46), (182, 0.31)):
-        pacer.prefilled_beside_step(tokens, 0.035 + seconds)
+        pacer.prefilled_beside_step(tokens, 0.035 + seconds, FULL)
     fixed, per_token = pacer.beside_step.line()
     assert fixed == 0.0 and per_token > 0
     budget = pacer.budget(decoding=5, queued=[PROMPT] * 1, fused=True)
@@ -90,10 +90,13 @@ def test_chunks_inside_a_decode_step_are_paced_by_what_they_add_to_it() -> None:
     pacer = PrefillPacer(ceiling=512)
     pacer.decoded(0.100, FULL)
     _fed(pacer, [16, 64, 128], fixed=0.05, per_token=0.002)  # forwards of their own
-    alone = pacer.budget(decoding=FULL, queued=[PROMPT] * 1, fused=True)
-    assert alone == FIRST_CHUNK  # nothing measured inside a step yet
+    # Nothing measured inside a step yet: priced as a forward of its own (50 ms and 2 ms a
+    # token), which can only cost more, so a chunk that fits alone fits beside a step.
+    assert pacer.budget(decoding=FULL, queued=[PROMPT] * 4, fused=True) == pacer.budget(
+        decoding=FULL, queued=[PROMPT] * 4
+    )
     for tokens in (32, 96, 64, 160):  # a step of 100 ms that carried them: 0.4 ms a token more
-        pacer.prefilled_beside_step(tokens, 0.100 + 0.0004 * tokens)
+        pacer.prefilled_beside_step(tokens, 0.100 + 0.0004 * tokens, FULL)
     fixed, per_token = pacer.beside_step.line()
     assert fixed == pytest.approx(0.0, abs=1e-9) and per_token == pytest.approx(0.0004)
     assert (
@@ -131,11 +134,18 @@ def test_a_light_load_is_allowed_the_stall_a_full_house_would_take_in_stream_sec
     assert (
         pacer.budget(decoding=FULL, queued=[PROMPT] * 1) < full_house / shares + 1
     )  # a full house: its own step
-    # One batch size alone says nothing of another: the recent steps' time, as before.
+    # One batch size alone gives no line: the full house is that step plus a token's forward
+    # (the prefills' slope) for each stream more.
     alone = PrefillPacer(ceiling=4096)
     alone.decoded(0.030, 3)
     _fed(alone, [16, 64, 32, 128], fixed=0.0, per_token=0.001)
-    assert abs(alone.budget(decoding=3, queued=[PROMPT] * 1) - PACE * shares * 0.030 / 0.001) <= 1
+    extrapolated = 0.030 + 0.001 * (FULL - 3)
+    assert abs(alone.budget(decoding=3, queued=[PROMPT] * 1) - PACE * shares * extrapolated / 0.001) <= 1
+    # Nothing to extrapolate with yet: the recent steps' time.
+    blind = PrefillPacer(ceiling=4096)
+    blind.decoded(0.030, 3)
+    blind.prefilled(64, 0.064)
+    assert abs(blind.budget(decoding=3, queued=[PROMPT] * 1) - PACE * shares * 0.030 / 0.001) <= 1
 
 
 def test_the_full_house_step_is_capped_by_the_streams() -> None:
@@ -165,3 +175,33 @@ def test_an_idle_step_feeds_a_prompt_apart_when_its_tokens_cost_more_than_a_forw
     gpu = PrefillPacer(ceiling=512)
     _fed(gpu, [16, 64, 128, 256], fixed=0.012, per_token=0.00002)  # weights dominate
     assert gpu.budget(decoding=0, queued=[131, 200, 150]) == 481  # all together: 4 ms of tokens < 12 ms
+
+
+def test_what_a_chunk_adds_is_measured_over_a_plain_step_of_the_same_batch() -> None:
+    """Steps of 2 and 8 streams measured; a step of 8 that carried 100 tokens took 40 ms more
+    than a plain step of 8, not 40 ms plus what the 6 streams more cost over a step of 2."""
+    pacer = PrefillPacer(ceiling=512)
+    pacer.decoded(0.020, 2)
+    pacer.decoded(0.032, 8)  # the recent step, whatever its batch, is now between the two
+    for tokens in (50, 100, 150):
+        pacer.prefilled_beside_step(tokens, 0.032 + 0.0004 * tokens, 8)
+    fixed, per_token = pacer.beside_step.line()
+    assert fixed == pytest.approx(0.0, abs=1e-9) and per_token == pytest.approx(0.0004)
+    # A batch not measured: the line through the step times by batch.
+    pacer.prefilled_beside_step(200, 0.026 + 0.0004 * 200, 5)
+    assert pacer.beside_step.line()[1] == pytest.approx(0.0004)
+
+
+def test_before_two_chunk_sizes_are_seen_beside_a_step_their_cost_per_token_prices_any_size() -> None:
+    """Chunks add nothing to a step with no tokens, so one size seen (a burst's 512-token
+    chunks) prices a smaller chunk in proportion: no 16-token probe."""
+    pacer = PrefillPacer(ceiling=512)
+    pacer.decoded(0.030, 7)
+    for _ in range(2):
+        pacer.prefilled_beside_step(512, 0.030 + 0.300, 7)
+    assert pacer.beside_step.line() is None
+    per_token = 0.300 / 512
+    # The full house extrapolated from the 7-stream step, a token's cost for each stream more.
+    full_house = 0.030 + per_token * (STALL_STREAMS - 7)
+    expected = PACE * 2 * STALL_STREAMS / 7 * full_house / per_token  # 418 tokens
+    assert abs(pacer.budget(decoding=7, queued=[PROMPT] * 2, fused=True) - expected) <= 1
