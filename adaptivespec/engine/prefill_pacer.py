@@ -89,7 +89,8 @@ class PrefillCost:
         """Without a line, cost is taken as proportional to the size seen. Above that size this
         overestimates (the fixed part is paid once), so it is safe; below it, it underestimates,
         so a share smaller than the size seen gets 0, the pacer's floor: a probe that gives the
-        fit its second size."""
+        fit its second size. Through the origin there is no fixed part to miss, and the
+        proportion holds at any size."""
         line = self.line()
         if line is None:
             fits = self.through_origin or self.y / self.n <= seconds
