@@ -187,8 +187,10 @@ class OpenVINOTarget:
             "max_context_len": np.array(ends.max(), dtype=np.int32),
             "logits_indices": keep.astype(np.int64),
         }
-        outputs = self.request.infer(inputs, share_inputs=True)
-        logits = outputs[0]  # [len(keep), 1, V], a copy
+        # The request's own output memory, not a copy: a pass's logits are read (sampled,
+        # verified) before the next pass overwrites them.
+        outputs = self.request.infer(inputs, share_inputs=True, share_outputs=True)
+        logits = outputs[0]  # [len(keep), 1, V]
         if self.tap is not None:  # each state [tokens, 1, hidden], side by side as the tap keeps them
             states = np.concatenate([outputs[i + 1] for i in range(len(self.tap.layers))], axis=-1)
             self.tap.write(
