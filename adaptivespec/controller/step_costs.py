@@ -8,7 +8,8 @@ largest measured arms it keeps rising at least at half their secant slope (half,
 kernels are not perfectly convex: on the CPU a 2-token verify can cost more than a 5-token
 one); beyond a single measured arm, at half a prior slope per draft token (a draft token is
 never free: it costs at least a draft pass and a verified column); and below the smallest
-measured arm it shrinks at most with the tokens verified per row (K + 1). Speculation off
+measured arm it shrinks at most with the tokens verified per row (K + 1), nor, where two arms
+are measured, faster than twice their secant. Speculation off
 (`OFF`) is on every drafter's chain; one drafter's arms bound nothing of another's, except
 that a drafting step costs at least a plain one: a drafter with nothing measured on its chain
 is bounded by OFF's bound, so it can be priced (and tried) before OFF itself is measured.
@@ -62,7 +63,15 @@ class _Chain:
         if not self._arms:
             return None
         arm, seconds = self._arms[0], self._times[0]
-        return seconds * (k + 1) / (arm + 1)  # at best, cost shrinks with the tokens verified
+        shrunk = seconds * (k + 1) / (arm + 1)  # at best, cost shrinks with the tokens verified
+        if len(self._arms) < 2:
+            return shrunk
+        # Convex along K: below the smallest measured arm the cost falls no faster than the
+        # secant above it, taken twice as steep (kernels are not perfectly convex). At a small
+        # batch, where a verify's extra tokens cost little, that prices a step with fewer drafts
+        # (speculation off, most often) near what it costs, not at a fraction of it.
+        slope = max(0.0, (self._times[1] - seconds) / (self._arms[1] - arm)) / SECANT_FRACTION
+        return max(shrunk, seconds - slope * (arm - k))
 
 
 class OptimisticCosts:

@@ -26,12 +26,27 @@ def test_a_stalled_smaller_arm_does_not_price_out_the_arms_beyond_it() -> None:
 
 def test_a_drafter_never_run_is_bounded_by_a_plain_step_before_off_is_measured() -> None:
     """Only prompt lookup measured (K = 1 and 2), not OFF: a suffix arm costs at least a plain
-    step, which the measured arms bound (K = 1's time over the 2 tokens it verified). Without
-    that bound the suffix arms could not be priced, and every prompt-lookup arm went first."""
+    step, which the measured arms bound. Without that bound the suffix arms could not be
+    priced, and every prompt-lookup arm went first."""
     costs = OptimisticCosts({arm("ngram", 1): 0.012, arm("ngram", 2): 0.013})
-    assert costs.seconds(OFF) == pytest.approx(0.012 / 2)
-    assert costs.seconds(arm("suffix", 4)) == pytest.approx(0.012 / 2)
+    assert costs.seconds(OFF) == pytest.approx(0.012 - 2 * 0.001)  # twice the secant below K = 1
+    assert costs.seconds(arm("suffix", 4)) == costs.seconds(OFF)
+    # One arm measured: K = 1's time over the 2 tokens it verified.
+    assert OptimisticCosts({arm("ngram", 1): 0.012}).seconds(OFF) == pytest.approx(0.012 / 2)
     assert OptimisticCosts({}).seconds(arm("suffix", 4)) is None  # nothing measured: nothing bounds it
+
+
+def test_below_the_measured_arms_the_cost_falls_no_faster_than_twice_their_secant() -> None:
+    """A small batch: K = 1, 2 and 3 at 7.9, 9.4 and 11.0 ms, 1.55 ms a draft. Speculation off
+    costs at least 7.9 - 2 x 1.55 ms, not K = 1's time over its 2 tokens (3.9 ms): at that bound a
+    plain step's one token would have out-earned K = 2's two at 9.4 ms, and been probed. Where a
+    verified token costs much (a large batch), the tokens' bound is the higher one and stands."""
+    small = OptimisticCosts({arm("ngram", 1): 0.0079, arm("ngram", 2): 0.0094, arm("ngram", 3): 0.0110})
+    assert small.seconds(OFF) == pytest.approx(0.0079 - 2 * 0.0015)
+    assert 1 / small.seconds(OFF) < 2.0 / 0.0094  # K = 2 keeps about 2 tokens a step here
+    steep = OptimisticCosts({arm("ngram", 2): 0.030, arm("ngram", 4): 0.060})
+    assert steep.seconds(OFF) == pytest.approx(0.030 / 3)
+    assert steep.seconds(arm("ngram", 1)) == pytest.approx(0.030 * 2 / 3)
 
 
 def test_what_one_drafter_spent_verifying_bounds_another_drafters_arms() -> None:
