@@ -229,7 +229,7 @@ class Engine:
             return False
         batch = list(self.scheduler.running)
         context = sum(len(s) for s in batch) / len(batch) if batch else 0.0
-        fused = bool(batch) and self._fuses(len(batch), context)
+        fused = self._fuses(batch)
         admission = self.scheduler.admit(
             self.pacer.budget(len(batch), self.scheduler.queued_tokens(), fused=fused)
         )
@@ -249,7 +249,7 @@ class Engine:
         # first decode, rather than behind a plain step of their own; but a pacer that has not
         # yet measured a plain step would not know how much such a step can take.
         waiting = bool(self.scheduler.prompts_waiting) and self.pacer.knows_steps
-        return waiting and self._next_step_fuses()
+        return waiting and self._fuses(self.scheduler.running)
 
     async def _prefill(self, row_start: int, chunks: list[PromptChunk], items: list[PrefillItem]) -> None:
         """Prefills the chunks together; if that fails, each alone, so that only a request whose
@@ -267,13 +267,12 @@ class Engine:
         self.pacer.prefilled(sum(c.end - c.start for c in chunks), out.seconds)
         self.delivery.first_tokens(chunks, out)
 
-    def _next_step_fuses(self) -> bool:
-        batch = self.scheduler.running
-        return bool(batch) and self._fuses(len(batch), sum(len(s) for s in batch) / len(batch))
-
-    def _fuses(self, batch: int, context: float) -> bool:
-        """Whether this step would be a plain one that can take the prompt chunks in its forward."""
-        return self.runner.fuses_prompts and self.policy.k_for(batch, int(context)) == 0
+    def _fuses(self, batch: Seq[Sequence]) -> bool:
+        """Whether a step over `batch` would be a plain one that can take prompt chunks in its
+        forward (never with no rows decoding)."""
+        if not batch or not self.runner.fuses_prompts:
+            return False
+        return self.policy.k_for(len(batch), int(sum(len(s) for s in batch) / len(batch))) == 0
 
     async def _decode_with(
         self,

@@ -110,8 +110,14 @@ class StepTimes:
         current = self.by_batch.get(batch)
         self.by_batch[batch] = seconds if current is None else MEMORY * current + (1 - MEMORY) * seconds
 
-    def at(self, batch: int) -> float | None:
-        """The line's step at `batch`; None before two sizes are seen or if it does not rise."""
+    def at(self, batch: int, per_stream: float | None = None) -> float | None:
+        """The line's step at `batch`; None before two sizes are seen or if it does not rise.
+
+        `per_stream`: with one size seen, the step from it, each stream more adding this
+        (a burst's steps all carry prompt chunks, so its plain steps come late)."""
+        if len(self.by_batch) == 1 and per_stream is not None:
+            ((seen, seconds),) = self.by_batch.items()
+            return seconds + per_stream * max(0, batch - seen)
         if len(self.by_batch) < 2:
             return None
         slope, intercept = np.polyfit(list(self.by_batch), list(self.by_batch.values()), 1)
@@ -176,22 +182,12 @@ class PrefillPacer:
         fixed part: the most a line through the origin's right side allows)."""
         if decoding >= STALL_STREAMS:
             return recent
-        full = self.steps.at(STALL_STREAMS)
-        if full is None:
-            full = self._extrapolated(STALL_STREAMS)
+        # With one batch size seen, each stream more adds one token's forward: the prefills' slope.
+        per_token = self.beside_step.per_token() or self.cost.per_token()
+        full = self.steps.at(STALL_STREAMS, per_token)
         if full is None:
             return recent
         return min(max(full, recent), recent * STALL_STREAMS / decoding)
-
-    def _extrapolated(self, batch: int) -> float | None:
-        """A step of `batch` streams from the largest batch measured, while one size alone gives
-        the step times no line: each stream more adds one token's forward, the slope of the
-        prefill fits (a burst's steps all carry prompt chunks, so its plain steps come late)."""
-        per_token = self.beside_step.per_token() or self.cost.per_token()
-        if not self.steps.by_batch or per_token is None:
-            return None
-        largest = max(self.steps.by_batch)
-        return self.steps.by_batch[largest] + per_token * max(0, batch - largest)
 
     def prefilled(self, tokens: int, seconds: float) -> None:
         """Every prefill is fitted, those fed while nothing decoded too: a burst that arrives at
