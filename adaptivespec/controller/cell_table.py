@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from adaptivespec.controller.arms import Arm
-from adaptivespec.controller.buckets import BATCH_BUCKETS, CONTEXT_BUCKETS, batch_bucket, context_bucket
+from adaptivespec.controller.buckets import batch_bucket, context_bucket
 from adaptivespec.controller.cell import Cell, Neighbourhood
 from adaptivespec.controller.learning_settings import LearningSettings
 from adaptivespec.controller.step_costs import relative_cost_ceiling, relative_cost_floor
@@ -71,16 +71,20 @@ class CellTable(Mapping[CellKey, Cell]):
 
     def nearest_decision(self, key: CellKey) -> Arm | None:
         """The decision of the nearest visited cell: same context first (nearest batch), then the
-        nearest context with a visited cell at the nearest batch; None when nothing was visited."""
+        nearest context with a visited cell at the nearest batch; None when nothing was visited.
+        At equal distance the smaller bucket wins.
+
+        It walks the visited cells, not the grid around `key`: the publisher asks it for every
+        unvisited cell whenever a decision changes, and the grid is mostly unvisited.
+        """
         ctx, batch = key
-        for ctx_distance in range(len(CONTEXT_BUCKETS)):
-            for c in _around(ctx, ctx_distance, len(CONTEXT_BUCKETS)):
-                for distance in range(len(BATCH_BUCKETS)):
-                    for b in _around(batch, distance, len(BATCH_BUCKETS)):
-                        cell = self._cells.get((c, b))
-                        if cell is not None and cell.informed and (c, b) != key:
-                            return cell.decided
-        return None
+
+        def distance(at: CellKey) -> tuple[int, bool, int, bool]:
+            c, b = at
+            return abs(c - ctx), c > ctx, abs(b - batch), b > batch
+
+        visited = [k for k, cell in self._cells.items() if cell.informed and k != key]
+        return self._cells[min(visited, key=distance)].decided if visited else None
 
     def neighbourhood(self, key: CellKey) -> Neighbourhood:
         """What the nearest smaller visited batch bucket implies for this cell.
@@ -112,8 +116,3 @@ class CellTable(Mapping[CellKey, Cell]):
             if cell is not None and cell.informed:
                 return ctx, smaller
         return None
-
-
-def _around(centre: int, distance: int, size: int) -> tuple[int, ...]:
-    both = (centre - distance, centre + distance) if distance else (centre,)
-    return tuple(i for i in both if 0 <= i < size)
