@@ -83,6 +83,7 @@ class Cell:
     _upper: dict[Arm, float] = field(default_factory=dict)  # optimistic bounds at the last refresh
     _fleet_changed: bool = False  # since the candidates were last pruned
     _share_done_at: int | None = None  # fleet refreshes read when this host's probe share was done
+    _lead_over_off: float | None = None  # the decision's estimate over speculation off's, both measured
 
     @classmethod
     def starting_at(cls, settings: LearningSettings, arms: tuple[Arm, ...], start: Arm) -> Cell:
@@ -92,6 +93,19 @@ class Cell:
     @property
     def informed(self) -> bool:
         return self.evidence.informed
+
+    @property
+    def lent_to_larger_batch(self) -> Arm:
+        """The decision a larger batch bucket starts from while it has measured nothing.
+
+        At a larger batch drafting's relative cost does not shrink (`Neighbourhood`), so a
+        decision that keeps no more than the hysteresis over speculation off here keeps no more
+        there: the larger batch starts from off, the shorter step, instead of running a tie on
+        every one of its rows until the tie is judged."""
+        lead = self._lead_over_off
+        if self.decided.k and lead is not None and lead <= 1 + self.settings.hysteresis:
+            return OFF
+        return self.decided
 
     def set_fleet(self, seconds: dict[Arm, EWStat], hosts: int, reward_scale: float) -> None:
         """New evidence from other hosts: the candidates are re-pruned at the next step (an arm
@@ -154,6 +168,8 @@ class Cell:
             self.candidates, self.ruled_out = pruned.candidates, pruned.ruled_out
             self._fleet_changed = False
         self._decide(predicted)
+        off = predicted.get(OFF, 0.0)
+        self._lead_over_off = predicted[self.decided] / off if off > 0 and self.decided in predicted else None
         if self._dwell_left > 0 and self.running in self.candidates:
             self._dwell_left -= 1
         else:

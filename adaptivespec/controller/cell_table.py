@@ -1,7 +1,8 @@
 """The decision cells, keyed (context bucket, batch bucket): which changed since the last save,
 and what a cell learns from the cells beside it (a borrowed decision, cost floors, pruning).
 
-An unvisited cell borrows the decision of the nearest visited one; a visited cell takes
+An unvisited cell borrows the decision of the nearest visited one (from a smaller batch, what
+that one lends a larger: speculation off where its decision ties off); a visited cell takes
 step-time floors and ruled-out arms from the nearest smaller visited batch bucket (see
 `Neighbourhood` for why those hold).
 """
@@ -72,7 +73,8 @@ class CellTable(Mapping[CellKey, Cell]):
     def nearest_decision(self, key: CellKey) -> Arm | None:
         """The decision of the nearest visited cell: same context first (nearest batch), then the
         nearest context with a visited cell at the nearest batch; None when nothing was visited.
-        At equal distance the smaller bucket wins.
+        At equal distance the smaller bucket wins. From a smaller batch, what it lends a larger
+        one (`Cell.lent_to_larger_batch`).
 
         It walks the visited cells, not the grid around `key`: the publisher asks it for every
         unvisited cell whenever a decision changes, and the grid is mostly unvisited.
@@ -84,7 +86,11 @@ class CellTable(Mapping[CellKey, Cell]):
             return abs(c - ctx), c > ctx, abs(b - batch), b > batch
 
         visited = [k for k, cell in self._cells.items() if cell.informed and k != key]
-        return self._cells[min(visited, key=distance)].decided if visited else None
+        if not visited:
+            return None
+        nearest = min(visited, key=distance)
+        cell = self._cells[nearest]
+        return cell.lent_to_larger_batch if nearest[1] < batch else cell.decided
 
     def neighbourhood(self, key: CellKey) -> Neighbourhood:
         """What the nearest smaller visited batch bucket implies for this cell.

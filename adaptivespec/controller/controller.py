@@ -118,7 +118,7 @@ class Controller:
             if self.tally is not None:
                 where, rows = (key[0], key[1], ran.method, ran.k), record.batch_size
                 self.tally.record(where, tokens_per_row, seconds, rows, record.kept_at_least)
-        decided_before = cell.decided
+        decided_before, lent_before = cell.decided, cell.lent_to_larger_batch
         around = lambda: self.cells.neighbourhood(key)  # noqa: E731 - asked only on a re-prune
         running = cell.next_k(
             self.acceptance_of(key[0]), around, self.share.turned(sum(key)), self.stalls.tail
@@ -126,6 +126,8 @@ class Controller:
         if cell.decided != decided_before:
             self.log.learned(key, decided_before, cell.decided)
             self.publisher.after_change(key[0])  # unvisited cells may borrow the new decision
+        elif cell.lent_to_larger_batch != lent_before:
+            self.publisher.after_change(key[0])  # ... or start from what this one lends them
         else:
             self.publisher.cell(key, running)
         return True

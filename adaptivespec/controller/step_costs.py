@@ -163,7 +163,11 @@ def relative_cost_floor(
     the smaller bucket never ran the arm, its own optimistic bound stands in, so a freshly
     visited large batch does not price an expensive K as if it cost what K = 0 costs (nor a
     small K as if it cost a fraction of the decision's step). Half of the relative excess is
-    taken, as above, because real kernels are not perfectly regular.
+    taken, as above, because real kernels are not perfectly regular; the whole of it where the
+    smaller batch measured both arms at least twice (a robust figure is then the lesser of two
+    steps or better, so one stall does not inflate the ratio): half of a ratio measured that
+    well would have a large batch probe, on every one of its rows, an arm that the smaller
+    batch already found no better than its reference.
     """
     common = [a for a, s in here.items() if s.count and a in smaller_batch and smaller_batch[a].count]
     there, here_costs = OptimisticCosts(_measured(smaller_batch)), OptimisticCosts(_measured(here))
@@ -178,7 +182,9 @@ def relative_cost_floor(
             ref = refs[0]
             there_ref, here_ref = there.seconds(ref), here_costs.seconds(ref)
             if there_ref is not None and here_ref is not None and there_ref > 0:
-                bounds.append(here_ref * (1.0 + SECANT_FRACTION * max(0.0, seconds / there_ref - 1.0)))
+                robust = all(samples_of(smaller_batch.get(a)) >= 2 for a in (arm, ref))
+                share = 1.0 if robust else SECANT_FRACTION
+                bounds.append(here_ref * (1.0 + share * max(0.0, seconds / there_ref - 1.0)))
         return max(bounds)
 
     return floor

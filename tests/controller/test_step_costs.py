@@ -67,18 +67,21 @@ def test_what_one_drafter_spent_verifying_bounds_another_drafters_arms() -> None
 
 
 def test_a_smaller_batch_bounds_the_relative_cost_of_drafting_here() -> None:
-    def stats(seconds: dict[Arm, float]) -> dict[Arm, Summary]:
-        return {a: EWStat(mean=t, count=5) for a, t in seconds.items()}
+    def stats(seconds: dict[Arm, float], count: int = 5) -> dict[Arm, Summary]:
+        return {a: EWStat(mean=t, count=count) for a, t in seconds.items()}
 
     smaller = stats({OFF: 0.010, arm("ngram", 1): 0.012, arm("ngram", 4): 0.020})
     here = stats({OFF: 0.020, arm("ngram", 1): 0.030})
     floor = relative_cost_floor(here, smaller)
-    # K = 4 cost 2x K = 0 there: here at least K = 0's time plus half that excess
-    assert floor(arm("ngram", 4)) == pytest.approx(0.020 * (1 + 0.5 * 1.0))
+    # K = 4 cost 2x K = 0 there, each measured more than once: here at least 2x K = 0's time
+    assert floor(arm("ngram", 4)) == pytest.approx(0.020 * 2.0)
+    # measured once there, either may have stalled: half the excess
+    once = smaller | stats({arm("ngram", 4): 0.020}, count=1)
+    assert relative_cost_floor(here, once)(arm("ngram", 4)) == pytest.approx(0.020 * (1 + 0.5 * 1.0))
     stalled = stats({OFF: 0.010, arm("ngram", 1): 0.050, arm("ngram", 2): 0.014, arm("ngram", 4): 0.020})
-    assert relative_cost_floor(here, stalled)(arm("ngram", 4)) == pytest.approx(0.020 * 1.5)
+    assert relative_cost_floor(here, stalled)(arm("ngram", 4)) == pytest.approx(0.020 * 2.0)
     # a stalled K = 1 there, slower than K = 2: it counts as K = 2's 14 ms, not its own 50
-    assert relative_cost_floor(here, stalled)(arm("ngram", 2)) == pytest.approx(0.020 * (1 + 0.5 * 0.4))
+    assert relative_cost_floor(here, stalled)(arm("ngram", 2)) == pytest.approx(0.020 * 1.4)
 
 
 def test_an_arm_costs_at_least_most_of_what_it_cost_at_a_smaller_batch() -> None:
