@@ -125,9 +125,9 @@ class Controller:
         )
         if cell.decided != decided_before:
             self.log.learned(key, decided_before, cell.decided)
-            self.publisher.after_change(key[0])  # unvisited cells may borrow the new decision
-        elif cell.lent_to_larger_batch != lent_before:
-            self.publisher.after_change(key[0])  # ... or start from what this one lends them
+        if cell.decided != decided_before or cell.lent_to_larger_batch != lent_before:
+            # unvisited cells may borrow the new decision, or start from what this one lends them
+            self.publisher.after_change(key[0])
         else:
             self.publisher.cell(key, running)
         return True

@@ -40,6 +40,9 @@ SECANT_FRACTION = 0.5
 PRIOR_SLOPE = 0.1
 # The share of a smaller batch's step time an arm is bounded by at a larger batch.
 BATCH_FRACTION = 0.9
+# Steps of an arm and of its reference at a smaller batch before their whole cost ratio bounds
+# the arm at a larger one (fewer: half of it), so that one stalled step cannot inflate it.
+WHOLE_RATIO_STEPS = 2
 
 
 class _Chain:
@@ -182,7 +185,7 @@ def relative_cost_floor(
             ref = refs[0]
             there_ref, here_ref = there.seconds(ref), here_costs.seconds(ref)
             if there_ref is not None and here_ref is not None and there_ref > 0:
-                robust = all(samples_of(smaller_batch.get(a)) >= 2 for a in (arm, ref))
+                robust = all(samples_of(smaller_batch.get(a)) >= WHOLE_RATIO_STEPS for a in (arm, ref))
                 share = 1.0 if robust else SECANT_FRACTION
                 bounds.append(here_ref * (1.0 + share * max(0.0, seconds / there_ref - 1.0)))
         return max(bounds)
