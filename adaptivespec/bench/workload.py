@@ -23,6 +23,7 @@ from adaptivespec.bench.arguments import numbers, positive_integer
 from adaptivespec.bench.background_load import BackgroundLoad
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.openvino_peer import OpenVINO
+from adaptivespec.bench.peer_goals import PeerGoals, against_peer, summary_line
 from adaptivespec.bench.traffic import (
     Lengths,
     Summary,
@@ -68,7 +69,11 @@ def register(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--engines", default=None, help=f"any of {','.join(ENGINES)} (default: all it can run)"
     )
     bench.add_argument(
-        "--k", type=positive_integer, default=2, help="K of ours-fixed and of openvino-spec's prompt lookup"
+        "--k",
+        type=positive_integer,
+        default=5,
+        help="K of ours-fixed and of openvino-spec's prompt lookup (default 5, OpenVINO GenAI's own "
+        "num_assistant_tokens for prompt lookup)",
     )
     bench.add_argument(
         "--openvino-python", type=Path, default=None, help="the Python of an environment with openvino-genai"
@@ -250,6 +255,7 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         "openvino_kv_precision": args.openvino_kv_precision,  # the peer's KV cache; ours is f32
         "prefill_chunk_tokens": args.prefill_chunk_tokens,  # ours; 0: paced (prefill_pacer.py)
         "background_load": args.background_load,  # busy processes beside the engines (background_load.py)
+        "against_openvino": asdict(PeerGoals()),  # the goals each rate's `against_openvino` reads
     }
     print(
         f"{loaded.runner.model_key} on {loaded.runner.hardware_key}: {plan.count} requests per rate, "
@@ -279,12 +285,7 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
                     reference = reference or [s.tokens for s in served]
                     rounds[name].append(summary)
                     print(_row(rate, name, str(turn + 1), asdict(summary)), flush=True)
-            engines = {name: over_rounds(summaries) for name, summaries in rounds.items()}
-            for name in plan.engines:
-                low, high = engines[name]["ranges"]["throughput_tok_s"]
-                range_note = f"   tok/s range [{low:.1f}, {high:.1f}]"
-                print(_row(rate, name, "med", engines[name]) + range_note, flush=True)
-            report["rates"].append({"rate_rps": rate, "burst": rate is None, "engines": engines})
+            report["rates"].append(_rate_report(rate, rounds))
         if harness.versions:
             report["machine"]["peers"] = harness.versions
         if long_tokens:
@@ -293,6 +294,21 @@ async def _bench(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
         adaptive.stop()
         compute.shutdown(wait=True)
     return report
+
+
+def _rate_report(rate: float | None, rounds: dict[str, list[Summary]]) -> dict[str, Any]:
+    """One rate's medians per engine, printed with their ranges, and the verdict against
+    OpenVINO where it ran."""
+    engines = {name: over_rounds(summaries) for name, summaries in rounds.items()}
+    for name, figures in engines.items():
+        low, high = figures["ranges"]["throughput_tok_s"]
+        print(_row(rate, name, "med", figures) + f"   tok/s range [{low:.1f}, {high:.1f}]", flush=True)
+    entry: dict[str, Any] = {"rate_rps": rate, "burst": rate is None, "engines": engines}
+    verdict = against_peer(engines, rate is None)
+    if verdict is not None:
+        entry["against_openvino"] = verdict
+        print(summary_line(rate, verdict), flush=True)
+    return entry
 
 
 _HEADER = (

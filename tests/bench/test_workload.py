@@ -49,10 +49,13 @@ def test_quick_workload_report(tiny_pair: TinyPair, tmp_path: Path) -> None:
     assert report["model"] and [r["burst"] for r in report["rates"]] == [False, True]
     assert report["rates"][0]["rate_rps"] == 50.0 and report["rates"][1]["rate_rps"] is None
     assert report["method"]["rounds"] == 2 and report["method"]["threads_asked"] == 1
+    assert report["traffic"]["fixed_k"] == 5  # OpenVINO GenAI's own prompt-lookup default
+    assert report["method"]["against_openvino"]["adaptive_over_best"] == 1.3
     assert report["machine"]["threads"] == 1
     for rate in report["rates"]:
         engines = rate["engines"]
         assert set(engines) == {"ours-off", "ours-fixed", "ours-adaptive"}  # --quick runs no peer
+        assert "against_openvino" not in rate  # a verdict against OpenVINO only where it ran
         for summary in engines.values():
             assert ENGINE_KEYS <= summary.keys() and summary["requests"] == 6
             assert summary["ttft_p50_ms"] <= summary["ttft_p99_ms"]
