@@ -58,6 +58,17 @@ def test_at_a_light_load_adaptive_is_judged_by_its_streams_against_openvinos_fas
     assert faster is not None and faster["adaptive"]["met"]  # 12 / 9 = 1.33x
 
 
+def test_an_engine_outside_the_comparison_does_not_decide_whether_the_load_was_light() -> None:
+    engines = _light(10.0) | {"hf-static": _engine(20.0, 90.0, 6.0), "ours-fixed": _engine(21.7, 9.5, 5.0)}
+    verdict = against_peer(engines, burst=False)
+    assert verdict is not None and verdict["light"]
+    assert verdict["adaptive"]["best_peer"] == "openvino-spec"  # a peer of ours, not another engine
+
+    engines["openvino-spec"] = _engine(21.7, 12.0, 4.5)  # one compared engine above 4 in the system
+    verdict = against_peer(engines, burst=False)
+    assert verdict is not None and not verdict["light"] and verdict["speed"] == "throughput"
+
+
 def test_off_is_held_to_every_figure_and_nothing_is_rounded_up() -> None:
     verdict = against_peer(_light(10.0), burst=False)
     assert verdict is not None
