@@ -17,7 +17,7 @@ the burst, it is throughput. Nothing is rounded in anyone's favour: a ratio of 0
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from math import inf
 from typing import Any
 
@@ -36,8 +36,7 @@ class PeerGoals:
     light_concurrency: float = 4.0  # requests in the system, on average, for a load to be light
 
     def __post_init__(self) -> None:
-        figures = (self.off_throughput, self.off_itl_p50, self.off_ttft_p50, self.adaptive_over_best)
-        if min(*figures, self.adaptive_over_plain, self.light_concurrency) <= 0:
+        if min(astuple(self)) <= 0:
             raise ValueError("every goal and the light load's bound must be positive")
 
 
@@ -99,7 +98,7 @@ def summary_line(rate: float | None, verdict: Mapping[str, Any]) -> str:
     if adaptive is not None:
         parts.append(
             f"adaptive {adaptive['over_best']:.2f}x {adaptive['best_peer']}, {adaptive['over_plain']:.2f}x "
-            f"openvino ({'met' if adaptive['met'] else 'not met'})"
+            f"{PLAIN} ({'met' if adaptive['met'] else 'not met'})"
         )
     return " ".join(parts)
 
