@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -163,7 +164,12 @@ def convert(model: PreTrainedModel, config: PretrainedConfig) -> Any:
         *past_kv,
     )
     traced = _Traced(model)
-    with torch.no_grad(), _grouped_heads_repeated():
+    with torch.no_grad(), _grouped_heads_repeated(), warnings.catch_warnings():
+        # The trace fixes transformers' shape checks (whether a pass has one query token, and
+        # so on) at the example's shapes, and says so for each. Those branches pick the sdpa
+        # call, which the paged pass replaces at load with PagedAttention for every shape; an
+        # operator's first start would show them as alarms about a graph that is not served.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # type: ignore[attr-defined]
         ov_model = ov.convert_model(traced, example_input=example)
     layers = [f"{i}.{kind}" for i in range(shape.num_layers) for kind in ("key", "value")]
     names = ["input_ids", "attention_mask", "position_ids", "beam_idx"]
