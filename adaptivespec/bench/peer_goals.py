@@ -92,15 +92,19 @@ def summary_line(rate: float | None, verdict: Mapping[str, Any]) -> str:
     if off is not None:
         parts.append(
             f"off {off['throughput']:.2f}x tok/s, ITL p50 {off['itl_p50']:.2f}x, TTFT p50 "
-            f"{off['ttft_p50']:.2f}x ({'met' if off['met'] else 'not met'});"
+            f"{off['ttft_p50']:.2f}x ({_met(off)});"
         )
     adaptive = verdict.get("adaptive")
     if adaptive is not None:
         parts.append(
             f"adaptive {adaptive['over_best']:.2f}x {adaptive['best_peer']}, {adaptive['over_plain']:.2f}x "
-            f"{PLAIN} ({'met' if adaptive['met'] else 'not met'})"
+            f"{PLAIN} ({_met(adaptive)})"
         )
     return " ".join(parts)
+
+
+def _met(part: Mapping[str, Any]) -> str:
+    return "met" if part["met"] else "not met"
 
 
 def _speed(engine: Mapping[str, Any], light: bool) -> float:

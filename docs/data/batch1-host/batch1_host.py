@@ -27,10 +27,10 @@ import torch
 
 from adaptivespec.bench.machine import machine
 from adaptivespec.bench.openvino_peer import OpenVINO
-from adaptivespec.bench.traffic import Request
+from adaptivespec.bench.traffic import Request, Served, percentile_ms
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.demo_models import held_out_documents
-from adaptivespec.engine.engine import Engine
+from adaptivespec.engine.engine import Engine, compute_thread
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.static_policy import FixedK
@@ -40,27 +40,26 @@ PARAMS = SamplingParams(max_tokens=TOKENS, temperature=0.0, ignore_eos=True)
 
 
 def ms(values: list[float]) -> float:
-    return statistics.median(values) * 1e3
+    return percentile_ms(values, 50)
 
 
-def gaps(times: list[float]) -> list[float]:
-    return [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
-
-
-async def serve(loaded: LoadedModels, config: EngineConfig, prompt: list[int]) -> list[float]:
-    """Ours, one request: when each token reached the client."""
-    engine = Engine(loaded.runner, loaded.tokenizer, FixedK(0), config, compute=ThreadPoolExecutor(1))
+async def serve(
+    loaded: LoadedModels, config: EngineConfig, compute: ThreadPoolExecutor, prompt: list[int]
+) -> Served:
+    """Ours, one request, timed as `bench workload` times every engine's streams."""
+    engine = Engine(loaded.runner, loaded.tokenizer, FixedK(0), config, compute=compute)
     await engine.start()
-    times = []
+    served = Served(Request(0.0, prompt, TOKENS), time.perf_counter(), [], [])
     async for event in engine.submit(prompt, PARAMS):
         if event.token_ids:
-            times.append(time.perf_counter())
+            served.chunk_times.append(time.perf_counter())
+            served.tokens.extend(event.token_ids)
     await engine.stop()
-    return times
+    return served
 
 
 def split(
-    loaded: LoadedModels, config: EngineConfig, prompt: list[int], rounds: int
+    loaded: LoadedModels, config: EngineConfig, compute: ThreadPoolExecutor, prompt: list[int], rounds: int
 ) -> list[dict[str, float]]:
     runner, target = loaded.runner, loaded.runner.target
     events: list[tuple[str, float]] = []
@@ -83,7 +82,7 @@ def split(
     try:
         for _ in range(rounds):
             events.clear()
-            asyncio.run(serve(loaded, config, prompt))
+            asyncio.run(serve(loaded, config, compute, prompt))
             before, infer, after, turnaround, last = [], [], [], [], {}
             for kind, at in events:
                 if kind == "step_start" and "step_end" in last:
@@ -124,16 +123,16 @@ def main() -> None:
     peer = OpenVINO.prepare(args.openvino_python, loaded.target.path, 32)
     corpus = loaded.tokenizer.encode("\n".join(held_out_documents()), add_special_tokens=False)
     report: dict[str, Any] = {"machine": machine(loaded.runner.hardware_key), "tokens": TOKENS}
-    report["split"] = split(loaded, config, corpus[:64], 3)
+    compute = compute_thread()
+    report["split"] = split(loaded, config, compute, corpus[:64], 3)
     report["against"] = []
     for length in (int(n) for n in args.prompt_tokens.split(",")):
         prompt = corpus[1000 : 1000 + length]
         ours, theirs = [], []
         for _ in range(args.rounds):  # alternating, so that drift falls on both
-            times = asyncio.run(serve(loaded, config, prompt))
-            ours.append(ms(gaps(times)))
+            ours.append(ms(asyncio.run(serve(loaded, config, compute, prompt)).gaps))
             served, _ = peer.serve([Request(0.0, prompt, TOKENS)], 0, 2)
-            theirs.append(ms(gaps(served[0].chunk_times)))
+            theirs.append(ms(served[0].gaps))
         entry = {
             "prompt_tokens": length,
             "ours_itl_p50_ms": ours,
@@ -142,6 +141,7 @@ def main() -> None:
         }
         print(entry, flush=True)
         report["against"].append(entry)
+    compute.shutdown()
     args.json.write_text(json.dumps(report, indent=2))
 
 
