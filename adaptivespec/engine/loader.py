@@ -42,7 +42,7 @@ from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_cache import announce
 from adaptivespec.engine.model_sources import ModelSource, resolve_models
 from adaptivespec.engine.openvino_export import INSTALL_HINT as OPENVINO_HINT
-from adaptivespec.engine.openvino_export import exported_model, openvino_available
+from adaptivespec.engine.openvino_export import check_pageable, exported_model, openvino_available
 from adaptivespec.engine.openvino_target import OpenVINOTarget
 from adaptivespec.engine.packed_gqa import use_attention
 from adaptivespec.engine.packed_linear import can_pack, pack_linears
@@ -283,6 +283,7 @@ def _openvino(
     clock: ForwardClock,
     tap: HiddenTap | None,
 ) -> OpenVINOTarget:
+    check_pageable(target.config, cache_len)
     ir = exported_model(source.path, source.key, target.config, progress)
     passes = OpenVINOTarget(target, ir, rows=rows, cache_len=cache_len, clock=clock, threads=threads, tap=tap)
     announce(progress, f"the target's forwards run on OpenVINO ({ir.parent.name})")

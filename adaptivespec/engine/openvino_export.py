@@ -1,13 +1,14 @@
 """A transformers causal LM converted once to OpenVINO, for the `openvino` runtime.
 
-The conversion traces the model with transformers' own modeling code (sdpa attention, plain
-linears), its KV cache fed in and returned as tensors, and saves it as a stateful model: the
-form OpenVINO's paged-attention pass rewrites. That pass is applied at load (a rewritten
-model does not serialize), and turns every attention into OpenVINO's PagedAttention, whose
-inputs are the cache blocks, each sequence's past length and where its tokens start: what
-continuous batching and a multi-token verify need (openvino_target.py). Weights stay f32,
-the model is cached by its content, and optimum-intel is not needed (it pins an older
-transformers than ours).
+The conversion traces the model with transformers' own modeling code (plain SDPA attention,
+plain linears; openvino_trace.py), its KV cache fed in and returned as tensors, and saves it
+as a stateful model: the form OpenVINO's paged-attention pass rewrites. That pass is applied
+at load (a rewritten model does not serialize), and turns every attention into OpenVINO's
+PagedAttention, whose inputs are the cache blocks, each sequence's past length and where its
+tokens start: what continuous batching and a multi-token verify need (openvino_target.py).
+Weights stay f32, the model is cached by its content, and optimum-intel is not needed (it
+pins an older transformers than ours). A model whose attention the paged pass would change
+(a sliding window a row can outgrow) is refused before it is converted (`check_pageable`).
 
 The trace also returns every layer's input (and the final norm's), the states an EAGLE-3
 head reads. Which of them a served model returns is chosen at load, when the head is known;
@@ -19,32 +20,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
-from transformers.cache_utils import Cache
 
-from adaptivespec.engine.cache_keyword import cache_keyword
-from adaptivespec.engine.hidden_tap import reading_points
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_cache import announce, build_once, cache_dir
+from adaptivespec.engine.openvino_trace import Traced, traced_attention
 from adaptivespec.errors import ConfigError
 
 INSTALL_HINT = "the openvino runtime needs OpenVINO: pip install -e '.[openvino]' (or pip install openvino)"
 IR_FILE = "model.xml"
 # CPU PagedAttention reads its cache in blocks of this many tokens.
 BLOCK_SIZE = 32
-FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
-# What the trace returns; part of the cache key, so that an IR converted before a change of
-# outputs is converted again instead of read with names it does not have.
-EXPORT_FORMAT = "2: logits, present keys and values, then each reading point's state"
+# What the trace returns and how; part of the cache key, so that an IR converted before a
+# change is converted again instead of read with names it does not have, or served slower.
+EXPORT_FORMAT = "3: logits, present keys and values, then each reading point's state; plain SDPA, no mask"
 STATE_PREFIX = "state."
 
 
@@ -56,75 +51,31 @@ def openvino_available() -> bool:
     return True
 
 
-class _PastCache(Cache):
-    """Past keys and values given as tensors; each layer's update appends the new ones, so the
-    traced graph holds Concat(past, new) before attention, the pattern the paged pass rewrites."""
+def check_pageable(config: PretrainedConfig, cache_len: int) -> None:
+    """Refuses what OpenVINO's paged attention would compute other than the model does.
 
-    def __init__(self, past: list[torch.Tensor]) -> None:
-        super().__init__(layers=[])
-        self.keys = list(past[0::2])
-        self.values = list(past[1::2])
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        self.keys[layer_idx] = torch.cat([self.keys[layer_idx], key_states], dim=-2)
-        self.values[layer_idx] = torch.cat([self.values[layer_idx], value_states], dim=-2)
-        return self.keys[layer_idx], self.values[layer_idx]
-
-    def get_seq_length(self, layer_idx: int | None = 0) -> int:
-        return int(self.keys[layer_idx or 0].shape[-2])
-
-    def get_mask_sizes(self, query_length: Any, layer_idx: int = 0) -> tuple[Any, int]:
-        return self.keys[layer_idx].shape[-2] + query_length, 0
-
-    @property
-    def is_compileable(self) -> bool:
-        return False
+    The paged pass gives every attention each sequence's plain causality: a sliding window
+    that can bind within `cache_len` (the longest a row gets) would be dropped, and the
+    tokens would silently differ from the model's. Raised as ConfigError, which runtime
+    "auto" answers by running the model on torch."""
+    window = sliding_window(config)
+    if window is not None and window < cache_len:
+        raise ConfigError(
+            f"the openvino runtime cannot run {type(config).__name__} past its sliding window of "
+            f"{window} tokens (rows here reach {cache_len}): OpenVINO's paged attention would "
+            "attend to the whole context; use --runtime torch, or a --max-context that keeps a row "
+            "(prompt, output and drafts) within the window"
+        )
 
 
-class _Traced(torch.nn.Module):
-    """(input_ids, mask, position_ids, beam_idx, *past) -> (logits, *present, *states), tensors
-    only; states [n, T, hidden] are the inputs of every layer and of the final norm, in order
-    (hidden_tap.reading_points: auxiliary layer id i reads the i-th).
-
-    `beam_idx` reorders the past rows, as optimum's exports do: the paged pass expects a past
-    read through that gather, and removes it.
-    """
-
-    def __init__(self, model: PreTrainedModel) -> None:
-        super().__init__()
-        self.model = model
-        self.points = reading_points(model)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        mask: torch.Tensor,
-        positions: torch.Tensor,
-        beam_idx: torch.Tensor,
-        *past: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
-        cache = _PastCache([p.index_select(0, beam_idx) for p in past])
-        states: list[torch.Tensor] = []
-
-        def keep(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            states.append(args[0] if args else kwargs["hidden_states"])
-
-        handles = [point.register_forward_pre_hook(keep, with_kwargs=True) for point in self.points]
-        try:
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{cache_keyword(self.model.forward): cache},
-            )
-        finally:
-            for handle in handles:
-                handle.remove()
-        present = [t for pair in zip(cache.keys, cache.values, strict=True) for t in pair]
-        return (out.logits, *present, *states)
+def sliding_window(config: PretrainedConfig) -> int | None:
+    """The window of the layers that attend through one, where any does (as transformers
+    builds their masks: by `layer_types` where the config has them, else by `sliding_window`)."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if types is not None and "sliding_attention" not in types:
+        return None
+    return int(window) if window else None
 
 
 def exported_model(model_path: str, model_key: str, config: PretrainedConfig, progress: bool = True) -> Path:
@@ -158,13 +109,12 @@ def convert(model: PreTrainedModel, config: PretrainedConfig) -> Any:
     past_kv = [torch.zeros(n, shape.kv_heads, past, shape.head_dim) for _ in range(2 * shape.num_layers)]
     example = (
         torch.ones(n, t, dtype=torch.long),
-        torch.ones(n, 1, t, past + t, dtype=torch.bool),
         torch.arange(past, past + t).expand(n, t).clone(),
         torch.arange(n, dtype=torch.int32),
         *past_kv,
     )
-    traced = _Traced(model)
-    with torch.no_grad(), _grouped_heads_repeated(), warnings.catch_warnings():
+    traced = Traced(model)
+    with torch.no_grad(), traced_attention(model), warnings.catch_warnings():
         # The trace fixes transformers' shape checks (whether a pass has one query token, and
         # so on) at the example's shapes, and says so for each. Those branches pick the sdpa
         # call, which the paged pass replaces at load with PagedAttention for every shape; an
@@ -172,7 +122,7 @@ def convert(model: PreTrainedModel, config: PretrainedConfig) -> Any:
         warnings.simplefilter("ignore", torch.jit.TracerWarning)  # type: ignore[attr-defined]
         ov_model = ov.convert_model(traced, example_input=example)
     layers = [f"{i}.{kind}" for i in range(shape.num_layers) for kind in ("key", "value")]
-    names = ["input_ids", "attention_mask", "position_ids", "beam_idx"]
+    names = ["input_ids", "position_ids", "beam_idx"]
     names += [f"past_key_values.{x}" for x in layers]
     for port, name in zip(ov_model.inputs, names, strict=True):  # the paged pass finds inputs by name
         port.get_tensor().set_names({name})
@@ -189,21 +139,6 @@ def convert(model: PreTrainedModel, config: PretrainedConfig) -> Any:
     )
     _give_states_an_initializer(ov_model, shape)
     return ov_model
-
-
-@contextmanager
-def _grouped_heads_repeated() -> Iterator[None]:
-    """The paged pass finds the KV heads of grouped-query attention where `repeat_kv` broadcasts
-    them; the loader asks transformers' sdpa for its packed-GQA path instead, which hides them."""
-    before = os.environ.get(FORCE_GQA)
-    os.environ[FORCE_GQA] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[FORCE_GQA]
-        else:
-            os.environ[FORCE_GQA] = before
 
 
 def _give_states_an_initializer(ov_model: Any, shape: CacheShape) -> None:

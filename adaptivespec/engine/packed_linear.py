@@ -25,12 +25,16 @@ PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    """oneDNN packing exists for CPU float32 and bfloat16 only; cuda runs cuBLAS as it is."""
+    """oneDNN packing exists for CPU float32 and bfloat16 only; cuda runs cuBLAS as it is.
+
+    oneDNN packs bfloat16 only on CPUs with its bf16 instructions (AVX-512 BW/VL/DQ or
+    AVX-NE-CONVERT); elsewhere it refuses at load, so those layers keep torch's linear."""
     return (
         device.type == "cpu"
         and dtype in PACKABLE_DTYPES
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and (dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
     )
 
 

@@ -98,6 +98,21 @@ def test_the_runner_packs_by_default_and_greedy_tokens_do_not_change(tiny_pair: 
     assert case.mismatched_rows == {"torch": 0, "packed": 0}
 
 
+@needs_onednn
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="packing applies to a CPU only")
+def test_a_bfloat16_model_loads_on_every_cpu_packed_only_where_onednn_has_bf16(tiny_pair: TinyPair) -> None:
+    # oneDNN refuses to pack bf16 weights on a CPU without its bf16 instructions (AVX2 only);
+    # the load must then keep torch's linears rather than fail.
+    config = engine_config(tiny_pair, "draft", max_batch=2)
+    config = replace(config, models=replace(config.models, dtype="bfloat16", runtime="torch"))
+    runner = load_runner(config, progress=False).runner
+    assert isinstance(runner, HFRunner)
+    onednn_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert can_pack(torch.device("cpu"), torch.bfloat16) == onednn_bf16
+    assert (packed_layers(runner.models) > 0) == onednn_bf16
+    assert runner.runtime == "torch"
+
+
 def test_linear_torch_leaves_the_models_as_transformers_built_them(tiny_pair: TinyPair) -> None:
     config = engine_config(tiny_pair, "draft", max_batch=2)
     config = replace(config, models=replace(config.models, linear="torch"))
