@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
+from adaptivespec.engine.attention import AttentionSpec
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_cache import announce, build_once, cache_dir
 from adaptivespec.engine.openvino_trace import Traced, traced_attention
@@ -58,7 +59,7 @@ def check_pageable(config: PretrainedConfig, cache_len: int) -> None:
     that can bind within `cache_len` (the longest a row gets) would be dropped, and the
     tokens would silently differ from the model's. Raised as ConfigError, which runtime
     "auto" answers by running the model on torch."""
-    window = sliding_window(config)
+    window = AttentionSpec.from_config(config).window
     if window is not None and window < cache_len:
         raise ConfigError(
             f"the openvino runtime cannot run {type(config).__name__} past its sliding window of "
@@ -66,16 +67,6 @@ def check_pageable(config: PretrainedConfig, cache_len: int) -> None:
             "attend to the whole context; use --runtime torch, or a --max-context that keeps a row "
             "(prompt, output and drafts) within the window"
         )
-
-
-def sliding_window(config: PretrainedConfig) -> int | None:
-    """The window of the layers that attend through one, where any does (as transformers
-    builds their masks: by `layer_types` where the config has them, else by `sliding_window`)."""
-    window = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    if types is not None and "sliding_attention" not in types:
-        return None
-    return int(window) if window else None
 
 
 def exported_model(model_path: str, model_key: str, config: PretrainedConfig, progress: bool = True) -> Path:
@@ -172,12 +163,7 @@ def paged_model(ir: Path, config: PretrainedConfig, states: tuple[int, ...] = ()
             f"the openvino runtime cannot run {type(config).__name__}: OpenVINO's paged attention "
             "did not recognise its attention; use --runtime torch"
         )
-    shape = CacheShape.from_config(config, 1, 1)
-    for port in ov_model.inputs:
-        if port.get_any_name().startswith(("key_cache.", "value_cache.")):
-            parameter = port.get_node()
-            parameter.set_element_type(ov.Type.f32)
-            parameter.set_partial_shape(ov.PartialShape([-1, shape.kv_heads, BLOCK_SIZE, shape.head_dim]))
+    f32_blocks(ov_model, config)
     # Only the tokens a step samples from need the vocabulary projection: gather their hidden
     # states before the head's matmul (a 1,500-token prompt would otherwise project every token).
     head = ov_model.outputs[0].get_node().input_value(0).get_node()
@@ -195,6 +181,18 @@ def paged_model(ir: Path, config: PretrainedConfig, states: tuple[int, ...] = ()
     ov_model.add_parameters([indices])
     ov_model.validate_nodes_and_infer_types()
     return ov_model
+
+
+def f32_blocks(ov_model: Any, config: PretrainedConfig) -> None:
+    """A paged model's cache inputs as the runtime keeps them: f32 blocks of BLOCK_SIZE tokens."""
+    import openvino as ov
+
+    shape = CacheShape.from_config(config, 1, 1)
+    for port in ov_model.inputs:
+        if port.get_any_name().startswith(("key_cache.", "value_cache.")):
+            parameter = port.get_node()
+            parameter.set_element_type(ov.Type.f32)
+            parameter.set_partial_shape(ov.PartialShape([-1, shape.kv_heads, BLOCK_SIZE, shape.head_dim]))
 
 
 def _keep_states(ov_model: Any, wanted: tuple[int, ...]) -> None:

@@ -34,6 +34,7 @@ from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.runner import DecodeOutput, PrefillItem, PrefillOutput
 from adaptivespec.engine.sampling import SamplingParams
 from adaptivespec.engine.static_policy import FixedK
+from adaptivespec.errors import ConfigError
 
 from ..conftest import TEST_DEVICE, TinyPair
 
@@ -171,3 +172,25 @@ def test_eager_soft_capped_models_get_an_additive_mask(families: dict[str, Path]
     assert loaded.runner.target.attention == AttentionSpec(
         ("sliding_attention", "full_attention"), WINDOW, True
     )
+
+
+# Families with a window that rows outgrow: OpenVINO's paged attention would drop it.
+WINDOWED = [name for name, config in _configs(1).items() if AttentionSpec.from_config(config).window]
+
+
+@pytest.mark.parametrize("family", WINDOWED)
+def test_the_default_runtime_serves_windowed_families_exactly_and_openvino_refuses_them(
+    families: dict[str, Path], family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("openvino")
+    monkeypatch.setenv("ADAPTIVESPEC_CACHE_DIR", str(tmp_path))
+    config = _config(families[family], "ngram")
+    on = {
+        runtime: replace(config, models=replace(config.models, runtime=runtime))
+        for runtime in ("auto", "openvino")
+    }
+    with pytest.raises(ConfigError, match=f"sliding window of {WINDOW} tokens.*use --runtime torch"):
+        load_runner(on["openvino"], progress=False)
+    loaded = load_runner(on["auto"], progress=False)
+    assert loaded.runner.runtime == "torch"
+    assert asyncio.run(_serve(loaded, on["auto"], 0)) == _reference(loaded)

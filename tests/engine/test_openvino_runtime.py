@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -17,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoConfig, MistralConfig, MistralForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from adaptivespec.config import EngineConfig, ModelConfig
-from adaptivespec.engine.engine import Engine
 from adaptivespec.engine.loader import LoadedModels, load_runner
 from adaptivespec.engine.openvino_export import openvino_available
 from adaptivespec.engine.openvino_target import BlockTable
@@ -33,6 +31,9 @@ from adaptivespec.errors import ConfigError
 
 from ..conftest import TinyPair, engine_config
 from .drafting import REPEATING_PROMPTS, serve_staggered, top_p
+from .test_architectures import _config as _arch_config
+from .test_architectures import _configs, _reference
+from .test_architectures import _serve as _arch_serve
 from .test_eagle3 import POLICIES, POLICY_IDS, check_greedy_drafting, check_sampled_drafting, config_with_head
 from .test_exactness import GREEDY, PROMPTS, _serve
 
@@ -270,68 +271,18 @@ def test_the_default_runtime_is_openvino_on_a_cpu_and_torch_where_it_cannot_run(
     assert _load(bf16).runner.runtime == "torch"
 
 
-def _windowed_model(pair: TinyPair, root: Path, window: int) -> tuple[Path, MistralForCausalLM]:
-    """A tiny random Mistral whose layers attend through a sliding window, on the pair's tokenizer."""
-    base = AutoConfig.from_pretrained(pair.target)
-    torch.manual_seed(0)
-    config = MistralConfig(
-        vocab_size=base.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, sliding_window=window,
-        bos_token_id=base.bos_token_id, eos_token_id=base.eos_token_id,
-    )  # fmt: skip
-    model = MistralForCausalLM(config).eval()
-    model.save_pretrained(root)
-    for file in pair.target.iterdir():
-        if not file.name.startswith(("model", "config", "generation")):
-            shutil.copy(file, root / file.name)  # the tokenizer's files
-    return root, model
-
-
-def _greedy(loaded: LoadedModels, config: EngineConfig, prompt: list[int], tokens: int) -> list[int]:
-    async def serve() -> Completion:
-        engine = Engine(loaded.runner, loaded.tokenizer, FixedK(0), config)
-        await engine.start()
-        try:
-            return await engine.generate(prompt, replace(GREEDY, max_tokens=tokens))
-        finally:
-            await engine.stop()
-
-    return asyncio.run(serve()).token_ids
-
-
-def _generated(model: MistralForCausalLM, prompt: list[int], tokens: int) -> list[int]:
-    with torch.inference_mode():
-        return model.generate(torch.tensor([prompt]), max_new_tokens=tokens, do_sample=False)[
-            0, len(prompt) :
-        ].tolist()
-
-
-@pytest.mark.parametrize("runtime", ["auto", "openvino"])
-def test_a_sliding_window_that_binds_is_never_served_as_plain_causal_attention(
-    tiny_pair: TinyPair, tmp_path: Path, runtime: str
-) -> None:
-    # OpenVINO's paged attention would attend to the whole context; its tokens would differ.
-    root, model = _windowed_model(tiny_pair, tmp_path / "windowed", window=8)
-    config = engine_config(tiny_pair, "ngram")
-    config = replace(config, models=replace(config.models, target=str(root), runtime=runtime))
-    if runtime == "openvino":
-        with pytest.raises(ConfigError, match="sliding window of 8 tokens.*use --runtime torch"):
-            _load(config)
-        return
-    loaded = _load(config)
-    assert loaded.runner.runtime == "torch"
-    prompt = list(range(5, 45))  # well past the window
-    assert _greedy(loaded, config, prompt, 16) == _generated(model, prompt, 16)
-
-
 def test_a_window_wider_than_any_row_runs_on_openvino_and_stays_exact(
     tiny_pair: TinyPair, tmp_path: Path
 ) -> None:
-    config = _config(tiny_pair, "ngram", max_context=64)
-    row = config.max_context + config.max_spec_tokens + 1
-    root, model = _windowed_model(tiny_pair, tmp_path / "wide", window=row)
-    config = replace(config, models=replace(config.models, target=str(root)))
+    # The windowed families of test_architectures.py stay on torch; a window no row outgrows
+    # changes nothing, so OpenVINO still serves the model.
+    config = replace(_arch_config(tmp_path, "ngram"), max_context=64)
+    model_config = _configs(len(AutoTokenizer.from_pretrained(tiny_pair.target)))["mistral-window"]
+    model_config.sliding_window = config.max_context + config.max_spec_tokens + 1
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(model_config).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(tiny_pair.target).save_pretrained(tmp_path)
+    config = replace(config, models=replace(config.models, runtime="openvino"))
     loaded = _load(config)
     assert loaded.runner.runtime == "openvino"
-    prompt = list(range(5, 45))
-    assert _greedy(loaded, config, prompt, 16) == _generated(model, prompt, 16)
+    assert asyncio.run(_arch_serve(loaded, config, 0)) == _reference(loaded)

@@ -37,22 +37,18 @@ from adaptivespec.bench.openvino_peer import OpenVINO
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.model_sources import resolve_models
-from adaptivespec.engine.openvino_export import BLOCK_SIZE, exported_model, paged_model
+from adaptivespec.engine.openvino_export import BLOCK_SIZE, exported_model, f32_blocks, paged_model
 
 THREADS = 2
 STEPS = 300
 PASTS = (50, 300)
 
 
-def optimum_paged(xml: Path, shape: CacheShape) -> Any:
+def optimum_paged(xml: Path, config: Any) -> Any:
     """Optimum's export through the paged pass, its cache blocks as ours (f32, 32 tokens)."""
     model = ov.Core().read_model(xml)
     passes.paged_attention_transformation(model)
-    for port in model.inputs:
-        if port.get_any_name().startswith(("key_cache.", "value_cache.")):
-            parameter = port.get_node()
-            parameter.set_element_type(ov.Type.f32)
-            parameter.set_partial_shape(ov.PartialShape([-1, shape.kv_heads, BLOCK_SIZE, shape.head_dim]))
+    f32_blocks(model, config)
     model.validate_nodes_and_infer_types()
     return model
 
@@ -82,7 +78,7 @@ def graphs(only: str, before: Path | None, openvino_python: Path) -> tuple[Any, 
     if only == "ours_before" and before is not None:
         return paged_model(before, hf_config), shape
     peer = OpenVINO.prepare(openvino_python, source.path, 32)
-    return optimum_paged(peer.model_dir / "openvino_model.xml", shape), shape
+    return optimum_paged(peer.model_dir / "openvino_model.xml", hf_config), shape
 
 
 def time_alone(only: str, before: Path | None, openvino_python: Path) -> dict[str, Any]:
