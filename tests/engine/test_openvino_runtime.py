@@ -277,11 +277,12 @@ def test_a_window_wider_than_any_row_runs_on_openvino_and_stays_exact(
     # The windowed families of test_architectures.py stay on torch; a window no row outgrows
     # changes nothing, so OpenVINO still serves the model.
     config = replace(_arch_config(tmp_path, "ngram"), max_context=64)
-    model_config = _configs(len(AutoTokenizer.from_pretrained(tiny_pair.target)))["mistral-window"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_pair.target)
+    model_config = _configs(len(tokenizer))["mistral-window"]
     model_config.sliding_window = config.max_context + config.max_spec_tokens + 1
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(model_config).save_pretrained(tmp_path)
-    AutoTokenizer.from_pretrained(tiny_pair.target).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
     config = replace(config, models=replace(config.models, runtime="openvino"))
     loaded = _load(config)
     assert loaded.runner.runtime == "openvino"
