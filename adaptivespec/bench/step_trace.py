@@ -2,12 +2,16 @@
 controller saw and did without wrapping it: the arm each step ran, the drafts it verified a row
 (fewer than K when its drafter found fewer), its seconds and tokens, and its cell's decision and
 next arm once the step was learned from, and what the cell priced each measured arm at then:
-its expected tokens a row, its step time and the steps that stands on."""
+its expected tokens a row, its step time and the steps that stands on. Each line also gives
+torch's thread team at that step, since the engine may resize it between steps on a shared
+machine (thread_governor.py) and every arm's step time moves with it."""
 
 from __future__ import annotations
 
 import json
 from typing import TextIO
+
+import torch
 
 from adaptivespec.controller.arms import arm
 from adaptivespec.controller.cell_table import cell_key
@@ -40,6 +44,7 @@ class StepTrace:
             "verify_ms": round(record.verify_seconds * 1e3, 3),
             "catch_up_ms": round(record.catch_up_seconds * 1e3, 3),
             "emitted": record.emitted,
+            "threads": torch.get_num_threads(),
             "decided": None if decided is None else str(decided),
             "next": str(arm(live.method_for(record.batch_size, context) or controller.drafter(""), next_k)),
             "priced": self._priced(record.batch_size, context),

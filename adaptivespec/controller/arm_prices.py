@@ -19,7 +19,8 @@ symmetric about it by the arm's measured error, except in four cases:
   here and a smaller batch's ratio allow (`relative_cost_ceiling`) is bounded at that ceiling,
   since one slow step can price out the arm a whole bucket should run (speculation off, most
   often). The leading drafter's next K past the decision also takes what its curve may yet
-  keep beyond the decision's, until it is judged here (see `optimistic`).
+  keep beyond the decision's, until it is judged here; past speculation off, for as long as
+  the first draft's rate is unsure (see `optimistic`).
 """
 
 from __future__ import annotations
@@ -121,11 +122,16 @@ class ArmPrices:
         # until that arm stands on enough steps here to be judged, it is bounded with what the
         # position may yet keep (goodput along K is single-peaked: the curve's unmeasured tail
         # is then learned one arm at a time, and not re-explored for as long as a cell lives).
+        # With the decision off, that next arm's position is the first draft, which a step at
+        # off never measures: it keeps what the first draft may yet keep however many steps it
+        # ran here, and that hope narrows only as drafting steps (at any batch) measure rows, or
+        # a few unlucky rows at a small batch would hold the cell at off for as long as it lives.
         lead = standing if standing is not None and standing.method == drafting else OFF
         beyond = None
         if standing is not None:
             beyond = next((k for k in chain(self.arms, drafting) if k.k > lead.k), None)
-            if beyond is not None and samples_of(self.times.get(beyond)) >= MIN_ROBUST:
+            judged = beyond is not None and samples_of(self.times.get(beyond)) >= MIN_ROBUST
+            if judged and standing.k:
                 beyond = None
         # The decision stands on its neighbours along its chain being worse (goodput is
         # single-peaked in K): a neighbour measured once is looked at twice before it is taken at

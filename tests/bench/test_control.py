@@ -110,6 +110,7 @@ def test_bench_control_quick_on_the_real_engine_has_the_report_shape(
         assert line["ran"] == "off" or line["ran"].startswith("draft:")
         assert 0 <= line["width"] <= int(line["ran"].partition(":")[2] or 0)
         assert line["step_ms"] > 0 and line["emitted"] >= line["batch"] >= 1
+        assert 1 <= line["threads"] <= report["scenario"]["usable_cpus"]
         assert line["decided"] is not None and line["next"]  # the step's own cell was visited
         # what the cell priced its measured arms at: the arm just run among them
         assert line["ran"] in line["priced"]

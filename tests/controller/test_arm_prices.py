@@ -148,3 +148,25 @@ def test_the_next_k_past_the_decision_is_bounded_with_what_its_last_position_may
     assert bounds[arm("draft", 2)] / judged.predicted()[arm("draft", 2)] == pytest.approx(
         own[arm("draft", 1)]
     )
+
+
+
+def test_with_the_decision_off_the_first_drafting_arm_keeps_what_its_first_draft_may_keep() -> None:
+    """One drafter measured on a few unlucky rows (its first draft may yet keep 15% more), K = 1
+    and 2 each judged on 4 steps, speculation off decided on many: a step at off measures no
+    draft, so K = 1, the next arm past off, keeps its hope however many steps it ran, and is run
+    again; K = 2 beyond it does not (it shares K = 1's curve), and with K = 1 decided, neither."""
+    off, k1, k2 = arm("", 0), arm("draft", 1), arm("draft", 2)
+    arms = (off, k1, k2)
+    times = {off: _stat(0.0078, 20), k1: _stat(0.0115, 4), k2: _stat(0.0150, 4)}
+    tokens = {off: 1.0, k1: 1.43, k2: 1.68}
+    hoped = {off: 1.0, k1: 1.43 * 1.15, k2: 1.68 * 1.15}
+    prices = ArmPrices.of(arms, times, tokens, scale=1.0, window=19.0, tail=0.1, hoped=hoped)
+    predicted = prices.predicted()
+    assert predicted[k1] < predicted[off]  # the unlucky rows price K = 1 below off
+    plain = prices.optimistic(predicted, None, "draft")
+    at_off = prices.optimistic(predicted, None, "draft", off)
+    at_k1 = prices.optimistic(predicted, None, "draft", k1)
+    assert at_off[k1] == pytest.approx(plain[k1] * 1.15)
+    assert at_off[k1] > at_off[off] > plain[k1]  # K = 1 is run again, and its rows measured
+    assert at_off[k2] == plain[k2] == at_k1[k2] and at_k1[k1] == plain[k1]
