@@ -150,7 +150,6 @@ def test_the_next_k_past_the_decision_is_bounded_with_what_its_last_position_may
     )
 
 
-
 def test_with_the_decision_off_the_first_drafting_arm_keeps_what_its_first_draft_may_keep() -> None:
     """One drafter measured on a few unlucky rows (its first draft may yet keep 15% more), K = 1
     and 2 each judged on 4 steps, speculation off decided on many: a step at off measures no
