@@ -165,16 +165,18 @@ def test_speculation_off_is_tried_once_drafting_stops_paying() -> None:
     plain step's bound, and the plain step is tried (at the 44th step here, the bound being
     K = 1's step less twice the secant above it, 0.9 of a plain step on this machine; at the
     11th with the looser bound before it, half of K = 1's step, while K walked down just the
-    same), and it ends there (at the 86th step, with either bound)."""
+    same), and it ends there: at the 94th step, and at the 86th before a decided off left K = 1
+    what its first draft may yet keep (the estimate still lags the change there, and K = 1 ties
+    off for 8 steps more)."""
     good, bad = Machine(slope=0.1), Machine(slope=0.1, alpha=0.0)
     controller = Controller("m", "h")
     run = Run(good, 8, seed=0)
     for _ in range(20):
         assert controller.ingest(run.step(controller.live))
     run = Run(bad, 8, seed=0)
-    for _ in range(100):
+    for _ in range(110):
         assert controller.ingest(run.step(controller.live))
-    assert 0 in run.ks[:50] and run.ks[-10:] == [0] * 10
+    assert 0 in run.ks[:50] and run.ks[-15:] == [0] * 15
 
 
 def _step(batch: int, k: int, seconds: float) -> StepTelemetry:
