@@ -130,8 +130,7 @@ class ArmPrices:
         beyond = None
         if standing is not None:
             beyond = next((k for k in chain(self.arms, drafting) if k.k > lead.k), None)
-            judged = beyond is not None and samples_of(self.times.get(beyond)) >= MIN_ROBUST
-            if judged and standing.k:
+            if beyond is not None and standing.k and samples_of(self.times.get(beyond)) >= MIN_ROBUST:
                 beyond = None
         # The decision stands on its neighbours along its chain being worse (goodput is
         # single-peaked in K): a neighbour measured once is looked at twice before it is taken at

@@ -179,9 +179,11 @@ def test_speculation_off_is_tried_once_drafting_stops_paying() -> None:
     assert 0 in run.ks[:50] and run.ks[-15:] == [0] * 15
 
 
-def _step(batch: int, k: int, seconds: float) -> StepTelemetry:
-    """A step of the default drafter whose rows keep each draft with probability 0.7."""
-    kept_at_least = tuple(round(batch * 0.7**j) for j in range(1, k + 1))
+def _step(batch: int, k: int, seconds: float, kept_at_least: tuple[int, ...] | None = None) -> StepTelemetry:
+    """A step of the default drafter whose rows keep each draft with probability 0.7 (or, given
+    `kept_at_least`, as many rows as it says kept at least j drafts)."""
+    if kept_at_least is None:
+        kept_at_least = tuple(round(batch * 0.7**j) for j in range(1, k + 1))
     return StepTelemetry(
         "m", "h", batch, k, 300.0, k * batch, sum(kept_at_least), batch + sum(kept_at_least),
         0.0, seconds, seconds, 0.0, k, kept_at_least, method="draft" if k else "",
@@ -244,11 +246,7 @@ def _batch_1_step(k: int, kept: int) -> StepTelemetry:
     """A step of one row that kept `kept` of its K drafts, at the demo pair's step times on a
     loaded 2-core machine (7.8 ms plain, 8 ms + 3.5 ms a draft token drafting)."""
     seconds = 0.0078 if k == 0 else 0.008 + 0.0035 * k
-    kept_at_least = tuple(int(kept >= j) for j in range(1, k + 1))
-    return StepTelemetry(
-        "m", "h", 1, k, 300.0, k, kept, 1 + kept, 0.0, seconds, seconds, 0.0, k, kept_at_least,
-        method="draft" if k else "",
-    )  # fmt: skip
+    return _step(1, k, seconds, tuple(int(kept >= j) for j in range(1, k + 1)))
 
 
 def _kept(k: int, rng: np.random.Generator) -> int:
