@@ -2,10 +2,14 @@
 
 Both sit behind `Proposer`. The draft-model proposer keeps its own slot KV cache, which may
 lag behind the target: by a token or two after a drafting step (the bonus token), and by
-every token of the steps run at K = 0, which never touch the drafter. The first lag is part
-of drafting and rides in its first forward. The second is what switching speculation back on
-costs: it is caught up in one batched pass of its own, timed apart (`Proposal.catch_up`), so
-that the controller can price the switch instead of reading it as the arm's step cost.
+every token of the steps run at K = 0, which never touch the drafter. A short lag rides in
+drafting's first forward, which takes each row's columns since its cache ends: the bonus
+token's, and a few steps at K = 0 (an exploration of speculation off, or a dwell there). A
+few more columns cost that forward far less than a forward of their own, whose fixed cost
+was most of what a switch back on cost (docs/decisions.md, 2026-12-07, sixth entry). A long
+lag is what switching speculation back on after a spell off costs: it is caught up in one
+batched pass of its own, timed apart (`Proposal.catch_up`), so that the controller can price
+the switch instead of reading it as the arm's step cost.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.rows import RowState, upload
 from adaptivespec.engine.sampling import BatchSampling, choices
 
-# A drafting step leaves a row at most this far behind (its bonus token and the last draft's
-# input); more means the drafter sat out steps at K = 0.
-DRAFTING_LAG = 2
+# A row at most this far behind is fed in drafting's first forward: a drafting step leaves it
+# 2 behind (its bonus token and the last draft's input), and each step at K = 0 one more, so
+# up to 6 steps off (more than a dwell) ride in the forward. Further behind, the drafter sat
+# out a spell at K = 0 and catches up apart.
+FOLDED_LAG = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +123,7 @@ class DraftModelProposer:
 
     def propose(self, rows: RowState, batch: int, k: int, sampling: BatchSampling) -> Proposal:
         lens, device = rows.host_lens[:batch], self.draft.device
-        idle = int((lens - self.cached[:batch]).max()) > DRAFTING_LAG  # it sat out K = 0 steps
+        idle = int((lens - self.cached[:batch]).max()) > FOLDED_LAG  # it sat out a spell at K = 0
         caught_up = self._catch_up(rows, batch) if idle else None
         cached = self.cached[:batch]
         # Every layout up front, in one run: each build right after a forward would run on

@@ -1,9 +1,12 @@
-"""Switching speculation back on: a drafter that sat out K = 0 steps catches up in a pass of
-its own, timed apart, so that the controller can charge the switch and not the arm."""
+"""Switching speculation back on: a drafter that sat out a spell at K = 0 catches up in a pass
+of its own, timed apart, so that the controller can charge the switch and not the arm; one
+that sat out a few steps takes them in drafting's first forward, as it takes a bonus token."""
 
 from __future__ import annotations
 
 import pytest
+
+from adaptivespec.engine import proposers
 
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
@@ -23,10 +26,8 @@ def _runner(pair: TinyPair, proposer: str) -> HFRunner:
     return runner
 
 
-@pytest.mark.parametrize("idle_steps", [2, 5])
-def test_a_drafter_back_from_k0_steps_reports_its_catch_up(tiny_pair: TinyPair, idle_steps: int) -> None:
-    """(One idle step leaves a row at most as far behind as drafting does, so it rides in the
-    first draft forward, as a bonus token does.)"""
+@pytest.mark.parametrize("idle_steps", [proposers.FOLDED_LAG + 1, proposers.FOLDED_LAG + 4])
+def test_a_drafter_back_from_a_spell_at_k0_reports_its_catch_up(tiny_pair: TinyPair, idle_steps: int) -> None:
     runner, batch = _runner(tiny_pair, "draft"), len(PROMPTS)
     drafting = runner.decode(batch, 2)
     assert (drafting.catch_up_tokens, drafting.catch_up_seconds) == (0, 0.0)  # in step since prefill
@@ -39,6 +40,29 @@ def test_a_drafter_back_from_k0_steps_reports_its_catch_up(tiny_pair: TinyPair, 
     assert 0.0 < back.catch_up_seconds <= back.draft_seconds <= back.step_seconds
     steady = runner.decode(batch, 2)
     assert (steady.catch_up_tokens, steady.catch_up_seconds) == (0, 0.0)
+
+
+@pytest.mark.parametrize("idle_steps", [2, 4, proposers.FOLDED_LAG - 2])
+def test_a_few_steps_at_k0_ride_in_the_first_forward_and_draft_as_a_catch_up_apart_would(
+    tiny_pair: TinyPair, idle_steps: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is reported apart, and every row keeps the drafts it keeps when the same steps
+    are caught up in a pass of their own (the drafter's cache holds the same columns)."""
+
+    def back(folded: bool) -> list[int]:
+        if not folded:
+            monkeypatch.setattr(proposers, "FOLDED_LAG", 2)  # drafting's own lag only
+        runner, batch = _runner(tiny_pair, "draft"), len(PROMPTS)
+        runner.decode(batch, 2)
+        for _ in range(idle_steps):
+            runner.decode(batch, 0)
+        out = runner.decode(batch, 4)
+        assert (out.catch_up_tokens > 0) == (not folded)
+        assert out.catch_up_seconds == 0.0 if folded else out.catch_up_seconds > 0.0
+        monkeypatch.undo()
+        return [*out.accepted, *(len(t) for t in out.tokens)]
+
+    assert back(folded=True) == back(folded=False)
 
 
 def test_prompt_lookup_has_nothing_to_catch_up(tiny_pair: TinyPair) -> None:
