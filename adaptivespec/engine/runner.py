@@ -72,8 +72,9 @@ class DecodeOutput:
     draft_seconds: float
     verify_seconds: float
     step_seconds: float
-    # What switching the drafter back on cost this step (0 when it was already in step): the
+    # What switching the drafter back on cost this step, when it was caught up apart: the
     # tokens it missed at K = 0 and the seconds its catch-up forward took, within draft_seconds.
+    # 0 when it was in step, or only a few steps behind: those ride in drafting's first forward.
     catch_up_tokens: int = 0
     catch_up_seconds: float = 0.0
     shadow: tuple[ShadowScore, ...] = ()  # other drafters' drafts scored this step

@@ -30,8 +30,9 @@ class StepTelemetry:
     timestamp: float  # time.time() at the end of the step
     width: int  # drafts verified per row (0 = a plain step); below k when the drafter found fewer
     kept_at_least: tuple[int, ...]  # [j - 1]: rows that kept >= j drafts, j = 1..width
-    # The switch cost within this step: a drafter that sat out K = 0 steps catching up on the
-    # tokens it missed (its seconds are part of draft_seconds and step_seconds).
+    # The switch cost within this step: a drafter that sat out a spell at K = 0 catching up, in
+    # a forward of its own, on the tokens it missed (its seconds are part of draft_seconds and
+    # step_seconds). A few steps' worth ride in drafting's first forward and are not counted.
     catch_up_tokens: int = 0
     catch_up_seconds: float = 0.0
     method: str = ""  # the drafter the step ran ("ngram", "draft", "suffix", "eagle3"); "" at K = 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from adaptivespec.engine import proposers
-
 from adaptivespec.engine.hf_runner import HFRunner
 from adaptivespec.engine.loader import load_runner
 from adaptivespec.engine.runner import PrefillItem
