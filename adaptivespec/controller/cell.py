@@ -32,8 +32,9 @@ Exploration is an upper-confidence rule of our own, over bounds that hold on a s
   only, with hysteresis.
 - Switching a drafter on after it sat out a spell (speculation off, or another drafter) costs a
   catch-up, kept per drafter apart from the arm's step time (a draft model a few steps behind
-  takes them in its first forward instead, at a small share of a step: proposers.py). An exploration that switches is
-  made only if its best case pays the switch, and is held until the switch is amortised.
+  takes them in its first forward instead, at a small share of a step: proposers.py). An
+  exploration that switches is made only if its best case pays the switch, and is held until
+  the switch is amortised.
 - In a fleet, hosts that meet a new cell together split the probes of its unmeasured arms
   (`probe_share`), instead of each paying them all.
 """
