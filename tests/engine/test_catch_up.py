@@ -57,7 +57,7 @@ def test_a_few_steps_at_k0_ride_in_the_first_forward_and_draft_as_a_catch_up_apa
             runner.decode(batch, 0)
         out = runner.decode(batch, 4)
         assert (out.catch_up_tokens > 0) == (not folded)
-        assert out.catch_up_seconds == 0.0 if folded else out.catch_up_seconds > 0.0
+        assert (out.catch_up_seconds == 0.0) if folded else (out.catch_up_seconds > 0.0)
         monkeypatch.undo()
         return [*out.accepted, *(len(t) for t in out.tokens)]
 
