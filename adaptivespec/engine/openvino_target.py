@@ -115,7 +115,8 @@ class OpenVINOTarget:
         for name, array in self.cache.arrays.items():
             self.request.set_tensor(name, ov.Tensor(array, shared_memory=True))
         # A pass's inputs are set by port, each a tensor over its array: `infer` handed a dict
-        # of arrays costs about a third of a millisecond more a pass (docs/results.md).
+        # of arrays looks each up by name and wraps it anew, a measurable part of a
+        # millisecond a pass (docs/results.md).
         self._tensor = ov.Tensor
         self._ports = {name: i for i, port in enumerate(compiled.inputs) for name in port.get_names()}
 
@@ -192,7 +193,7 @@ class OpenVINOTarget:
             "logits_indices": keep.astype(np.int64),
         }
         for name, array in inputs.items():  # shared, not copied: infer returns before they change
-            shared = np.require(array, requirements=("C", "W"))  # what sharing needs; copies a view only
+            shared = np.require(array, requirements=("C", "W"))  # sharing needs both; else a copy
             self.request.set_input_tensor(self._ports[name], self._tensor(shared, shared_memory=True))
         # The request's own output memory, not a copy: a pass's logits are read (sampled,
         # verified) before the next pass overwrites them.
