@@ -27,8 +27,21 @@ from adaptivespec.engine.hidden_tap import HiddenTap
 from adaptivespec.engine.host_memory import zeroed
 from adaptivespec.engine.kvcache import CacheShape
 from adaptivespec.engine.openvino_export import BLOCK_SIZE, paged_model
+from adaptivespec.engine.openvino_inputs import PassInputs
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.segments import SegmentLayout
+
+# The paged model's inputs besides the cache, and their element types.
+PASS_INPUTS: dict[str, type] = {
+    "input_ids": np.int64,
+    "position_ids": np.int64,
+    "past_lens": np.int32,
+    "subsequence_begins": np.int32,
+    "block_indices": np.int32,
+    "block_indices_begins": np.int32,
+    "max_context_len": np.int32,
+    "logits_indices": np.int64,
+}
 
 
 class BlockTable:
@@ -114,11 +127,11 @@ class OpenVINOTarget:
         self.request = compiled.create_infer_request()
         for name, array in self.cache.arrays.items():
             self.request.set_tensor(name, ov.Tensor(array, shared_memory=True))
-        # A pass's inputs are set by port, each a tensor over its array: `infer` handed a dict
-        # of arrays looks each up by name and wraps it anew, a measurable part of a
-        # millisecond a pass (docs/results.md).
-        self._tensor = ov.Tensor
-        self._ports = {name: i for i, port in enumerate(compiled.inputs) for name in port.get_names()}
+        # A pass's inputs go into buffers the request holds by port: `infer` handed a dict of
+        # arrays looks each up by name and wraps it anew, a measurable part of a millisecond a
+        # pass (docs/results.md).
+        ports = {name: i for i, port in enumerate(compiled.inputs) for name in port.get_names()}
+        self._inputs = PassInputs(self.request, ports, PASS_INPUTS)
 
     @property
     def runs_segments(self) -> bool:
@@ -181,20 +194,18 @@ class OpenVINOTarget:
         began = self.clock.mark()
         ends = starts + counts
         blocks, block_begins = self.cache.table.of(rows, ends)
-        positions = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)])
-        inputs = {
-            "input_ids": ids.astype(np.int64, copy=False),
-            "position_ids": positions.astype(np.int64),
-            "past_lens": starts.astype(np.int32),
-            "subsequence_begins": np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
-            "block_indices": blocks,
-            "block_indices_begins": block_begins,
-            "max_context_len": np.array(ends.max(), dtype=np.int32),
-            "logits_indices": keep.astype(np.int64),
-        }
-        for name, array in inputs.items():  # shared, not copied: infer returns before they change
-            shared = np.require(array, requirements=("C", "W"))  # sharing needs both; else a copy
-            self.request.set_input_tensor(self._ports[name], self._tensor(shared, shared_memory=True))
+        begins = np.concatenate([[0], np.cumsum(counts)])  # [n + 1] where each sequence's tokens start
+        # Each token's position: its index in the flat tokens, shifted by its sequence's offset.
+        positions = np.arange(begins[-1]) + np.repeat(starts - begins[:-1], counts)
+        put = self._inputs.put
+        put("input_ids", ids)
+        put("position_ids", positions)
+        put("past_lens", starts)
+        put("subsequence_begins", begins)
+        put("block_indices", blocks)
+        put("block_indices_begins", block_begins)
+        put("max_context_len", ends.max())
+        put("logits_indices", keep)
         # The request's own output memory, not a copy: a pass's logits are read (sampled,
         # verified) before the next pass overwrites them.
         outputs = self.request.infer(share_outputs=True)

@@ -214,35 +214,41 @@ class NgramProposer:
 
     def draft_rows(self, rows: RowState, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """[n, K] drafts and [n] counts for the rows in `indices`, from the host's tokens."""
-        lens = rows.host_lens[indices]
-        tokens = rows.host_tokens[indices, : int(lens.max())]
-        follow = np.full(len(indices), -1, dtype=np.int64)  # [n] index of the first copied token, -1 = none
-        longest = np.zeros(len(indices), dtype=np.int64)  # [n] the match's n
-        for n in range(self.max_n, self.min_n - 1, -1):
-            found = self._last_match(tokens, lens, n)
-            new = (follow < 0) & (found >= 0)
-            follow = np.where(new, found + n, follow)
-            longest = np.where(new, n, longest)
-        index = np.minimum(np.maximum(follow, 0)[:, None] + np.arange(k), tokens.shape[1] - 1)
-        drafts = np.take_along_axis(tokens, index, axis=1)  # [n, K]
-        counts = np.minimum(lens - follow, k)
-        if self.unigram_drafts is not None:
-            counts = np.where(longest == 1, np.minimum(counts, self.unigram_drafts), counts)
-        return drafts, np.where(follow >= 0, counts, 0)
+        drafts = np.zeros((len(indices), k), dtype=np.int64)  # [n, K]
+        counts = np.zeros(len(indices), dtype=np.int64)  # [n]
+        lens = rows.host_lens[indices].tolist()
+        for i, (row, length) in enumerate(zip(indices.tolist(), lens, strict=True)):
+            tokens = rows.host_tokens[row, :length]
+            follow, n = self._latest_match(tokens)
+            if follow < 0:
+                continue
+            count = min(length - follow, k)
+            if n == 1 and self.unigram_drafts is not None:
+                count = min(count, self.unigram_drafts)
+            drafts[i, :count] = tokens[follow : follow + count]
+            counts[i] = count
+        return drafts, counts
 
-    @staticmethod
-    def _last_match(tokens: np.ndarray, lens: np.ndarray, n: int) -> np.ndarray:
-        """Start of the latest earlier occurrence of each row's last n tokens, or -1."""
-        width = tokens.shape[1] - n
-        if width <= 0:
-            return np.full(len(lens), -1, dtype=np.int64)
-        suffix_index = np.maximum(lens - n, 0)[:, None] + np.arange(n)
-        suffix = np.take_along_axis(tokens, suffix_index, axis=1)  # [B, n]
-        match = np.arange(width) < (lens - n)[:, None]  # strictly earlier
-        for i in range(n):
-            match &= tokens[:, i : i + width] == suffix[:, i : i + 1]
-        last = width - 1 - match[:, ::-1].argmax(axis=1)
-        return np.where(match.any(axis=1), last, -1)
+    def _latest_match(self, tokens: np.ndarray) -> tuple[int, int]:
+        """tokens [L], a row's: (index of the token after the latest earlier match of its last
+        n tokens, n), for the longest n that has one; (-1, 0) if none does.
+
+        A search over the row's bytes (int64 tokens) rather than numpy comparisons over every
+        position: a step's host work runs right after the target's forward, with cold caches,
+        where each of the many small numpy operations the comparisons take costs several times
+        what it does alone (docs/results.md). A byte match at a position that is not a whole
+        token is skipped by searching again to its left."""
+        length, size, text = len(tokens), tokens.itemsize, tokens.tobytes()
+        for n in range(self.max_n, self.min_n - 1, -1):
+            if length - n < 1:
+                continue
+            pattern = text[(length - n) * size :]
+            end = (length - 1) * size  # strictly earlier: the match ends before the last token
+            while (at := text.rfind(pattern, 0, end)) >= 0:
+                if at % size == 0:
+                    return at // size + n, n
+                end = at + len(pattern) - 1  # a match starting left of `at` may still end inside it
+        return -1, 0
 
     def commit(self, batch: int, old_lens: np.ndarray, accepted: np.ndarray) -> None:
         return None

@@ -37,7 +37,11 @@ def verify(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The target's choices [B, K+1] and the drafts kept per row [B], as host arrays: the
     step's one read of the device."""
-    width = target_logits.shape[1]
-    read = torch.cat([choices(target_logits, sampling), drafts], dim=1).cpu().numpy()
-    chosen = read[:, :width]
-    return chosen, kept_prefix(chosen, read[:, width:], n_drafts)
+    chosen = choices(target_logits, sampling)  # [B, K+1]
+    if chosen.device.type == "cpu":  # both are host memory already: nothing to gather
+        host_chosen, host_drafts = chosen.numpy(), drafts.numpy()
+    else:
+        width = chosen.shape[1]
+        read = torch.cat([chosen, drafts], dim=1).cpu().numpy()
+        host_chosen, host_drafts = read[:, :width], read[:, width:]
+    return host_chosen, kept_prefix(host_chosen, host_drafts, n_drafts)

@@ -165,6 +165,21 @@ def test_rows_moved_while_a_prompt_goes_in_keep_their_caches(tiny_pair: TinyPair
             assert torch.allclose(ours, theirs, atol=1e-3), f"row {row}"
 
 
+def test_passes_longer_and_shorter_than_the_last_read_their_own_inputs(tiny_pair: TinyPair) -> None:
+    """The request reads its inputs from buffers that grow with the longest pass so far: each
+    pass, longer or shorter than the one before, gives the logits transformers gives."""
+    loaded = _load(_config(tiny_pair, "ngram"))
+    target, model = loaded.runner.target, loaded.runner.target.model
+    rng = np.random.default_rng(0)
+    vocab = model.config.vocab_size
+    for row, length in enumerate((40, 150, 7, 200)):  # past the first buffers, then back
+        ids = rng.integers(0, vocab, size=length).tolist()
+        logits = target.prefill(row, [ids], [0])  # [1, V]: the last token's
+        with torch.inference_mode():
+            expected = model(torch.tensor([ids])).logits[0, -1]
+        torch.testing.assert_close(logits[0], expected, rtol=1e-4, atol=1e-4)
+
+
 def test_the_conversion_is_cached(tiny_pair: TinyPair, cache_root: Path) -> None:
     _load(_config(tiny_pair, "ngram"))
     converted = [p for p in (cache_root / "openvino-runtime").iterdir() if p.is_dir()]
