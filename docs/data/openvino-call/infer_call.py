@@ -25,7 +25,7 @@ import openvino as ov
 from adaptivespec.bench.machine import machine
 from adaptivespec.config import EngineConfig, ModelConfig
 from adaptivespec.engine.loader import load_runner
-from adaptivespec.engine.openvino_target import OpenVINOTarget
+from adaptivespec.engine.openvino_target import PASS_INPUTS, OpenVINOTarget
 from adaptivespec.engine.runner import PrefillItem
 from adaptivespec.engine.sampling import SamplingParams
 
@@ -34,26 +34,24 @@ PROMPT = 300
 
 
 def captured_inputs(target: OpenVINOTarget, step: Callable[[], object]) -> dict[str, np.ndarray]:
-    """The inputs of the pass `step` runs, as `_run` built them."""
-    seen: dict[str, np.ndarray] = {}
-    request, set_input = target.request, target.request.set_input_tensor
-    names = {i: port.get_any_name() for i, port in enumerate(request.model_inputs)}
-
-    def record(index: int, tensor: ov.Tensor) -> None:
-        seen[names[index]] = tensor.data.copy()
-        set_input(index, tensor)
-
-    request.set_input_tensor = record
-    try:
-        step()
-    finally:
-        del request.set_input_tensor
-    return seen
+    """The inputs of the pass `step` runs, as `_run` left them on the request (the cache's
+    blocks aside)."""
+    step()
+    request = target.request
+    return {
+        port.get_any_name(): request.get_input_tensor(i).data.copy()
+        for i, port in enumerate(request.model_inputs)
+        if port.get_any_name() in PASS_INPUTS
+    }
 
 
 def measure(runner: Any, target: OpenVINOTarget, batch: int, blocks: int) -> dict[str, Any]:
     """Both ways on a decode step's inputs over `batch` rows of PROMPT tokens."""
-    request = target.request
+    # A request of its own over the target's compiled model and cache, so that the inputs it is
+    # handed here never replace the buffers the target's own request reads.
+    request = target.request.get_compiled_model().create_infer_request()
+    for name, array in target.cache.arrays.items():
+        request.set_tensor(name, ov.Tensor(array, shared_memory=True))
     ports = {port.get_any_name(): i for i, port in enumerate(request.model_inputs)}
     items = [
         PrefillItem(list(range(100 + r, 100 + r + PROMPT)), SamplingParams(max_tokens=64), seed=0)
