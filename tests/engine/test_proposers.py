@@ -43,8 +43,8 @@ def _latest_match_by_definition(history: list[int], max_n: int, min_n: int) -> t
     """The index after the latest earlier occurrence of the last n tokens, longest n first."""
     for n in range(max_n, min_n - 1, -1):
         last = history[-n:]
-        for start in range(len(history) - n - 1, -1, -1):
-            if len(history) - n >= 1 and history[start : start + n] == last:
+        for start in range(len(history) - n - 1, -1, -1):  # none where the history is too short
+            if history[start : start + n] == last:
                 return start + n, n
     return -1, 0
 
