@@ -20,9 +20,9 @@ import numpy as np
 
 
 class PassInputs:
-    def __init__(self, request: Any, ports: dict[str, int], dtypes: dict[str, type]) -> None:
-        """`ports`: each input's index on the request; `dtypes`: each input's element type. An
-        input that is a scalar (max_context_len) gets a 0-d buffer; the others 1-d ones."""
+    def __init__(self, request: Any, ports: dict[str, int]) -> None:
+        """`ports`: the index on the request of each input a pass sets. Each buffer takes its
+        input's element type and rank from the model: 0-d for a scalar, 1-d otherwise."""
         import openvino as ov
 
         self._request = request
@@ -30,8 +30,11 @@ class PassInputs:
         self._tensor = ov.Tensor
         self._buffers: dict[str, np.ndarray] = {}
         self._tensors: dict[str, Any] = {}
-        for name, dtype in dtypes.items():
-            self._bind(name, np.zeros((), dtype) if name == "max_context_len" else np.zeros(64, dtype))
+        for name, index in ports.items():
+            port = request.model_inputs[index]
+            dtype = port.get_element_type().to_dtype()
+            scalar = port.get_partial_shape().rank.get_length() == 0
+            self._bind(name, np.zeros((), dtype) if scalar else np.zeros(64, dtype))
 
     def put(self, name: str, values: np.ndarray) -> None:
         """The next pass reads `values` for input `name` (a 1-d array, or a scalar's 0-d one)."""

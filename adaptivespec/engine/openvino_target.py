@@ -31,17 +31,17 @@ from adaptivespec.engine.openvino_inputs import PassInputs
 from adaptivespec.engine.ragged import RaggedLayout
 from adaptivespec.engine.segments import SegmentLayout
 
-# The paged model's inputs besides the cache, and their element types.
-PASS_INPUTS: dict[str, type] = {
-    "input_ids": np.int64,
-    "position_ids": np.int64,
-    "past_lens": np.int32,
-    "subsequence_begins": np.int32,
-    "block_indices": np.int32,
-    "block_indices_begins": np.int32,
-    "max_context_len": np.int32,
-    "logits_indices": np.int64,
-}
+# The paged model's inputs besides the cache: what each pass sets.
+PASS_INPUTS = (
+    "input_ids",
+    "position_ids",
+    "past_lens",
+    "subsequence_begins",
+    "block_indices",
+    "block_indices_begins",
+    "max_context_len",
+    "logits_indices",
+)
 
 
 class BlockTable:
@@ -131,7 +131,7 @@ class OpenVINOTarget:
         # arrays looks each up by name and wraps it anew, a measurable part of a millisecond a
         # pass (docs/results.md).
         ports = {name: i for i, port in enumerate(compiled.inputs) for name in port.get_names()}
-        self._inputs = PassInputs(self.request, ports, PASS_INPUTS)
+        self._inputs = PassInputs(self.request, {name: ports[name] for name in PASS_INPUTS})
 
     @property
     def runs_segments(self) -> bool:
